@@ -1,0 +1,1 @@
+"""stack-gateway: an OpenAI-compatible gateway in front of vLLM."""

@@ -1,0 +1,121 @@
+"""Gateway settings: one object, read from the environment, kept on app.state.
+
+Every field maps to an environment variable of the same name in upper case
+(``vllm_base_url`` <- ``VLLM_BASE_URL``). The README's configuration table
+lists them all; a test checks that compose.yaml only sets variables read here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+CommaList = Annotated[list[str], NoDecode]
+
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def _split_commas(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+
+    # --- serving -----------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    reload: bool = False
+    workers: int = Field(1, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    # --- the engine --------------------------------------------------------
+    vllm_base_url: str = "http://127.0.0.1:8001"
+    vllm_api_key: SecretStr | None = None
+    # The name the gateway reports as ``model`` and sends upstream when a client
+    # uses an alias. Empty: the engine's first served model.
+    model_path: str = ""
+    model_aliases: CommaList = Field(default_factory=lambda: ["stack-2.9"])
+    device: str = ""  # reported by /health and /model-info, never used to place the model
+    upstream_connect_timeout: float = Field(5.0, gt=0)
+    upstream_first_byte_timeout: float = Field(300.0, gt=0)
+    upstream_chunk_timeout: float = Field(60.0, gt=0)
+    upstream_max_connections: int = Field(1024, ge=1)
+    engine_poll_interval: float = Field(5.0, gt=0)
+    sse_keepalive_seconds: float = Field(15.0, gt=0)
+
+    # --- security and admission ---------------------------------------------
+    # Comma-separated keys, each either the key itself or "sha256:<hex digest>".
+    # API_KEYS may read (OpenAI routes, code API, search, chat); ADMIN_API_KEYS
+    # may also write (marketplace catalogue and users).
+    api_keys: CommaList = Field(default_factory=list)
+    admin_api_keys: CommaList = Field(default_factory=list)
+    metrics_require_auth: bool = True
+    max_inflight: int = Field(512, ge=1)
+    max_inflight_per_key: int = Field(128, ge=1)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+    # --- code-generation API (Stack 2.9 contract) ----------------------------
+    default_max_tokens: int = Field(512, ge=1, le=4096)
+    default_temperature: float = Field(0.2, ge=0.0, le=2.0)
+    default_top_p: float = Field(0.95, ge=0.0, le=1.0)
+
+    # --- resumable sessions --------------------------------------------------
+    session_store: Literal["off", "memory", "sqlite", "postgres"] = "sqlite"
+    sessions_database_url: str = ""  # empty: DATABASE_URL
+    session_ring_size: int = Field(4096, ge=16)
+    sessions_ttl_seconds: float = Field(3600.0, gt=0)
+    cancel_after_disconnect_seconds: float = Field(30.0, ge=0)
+    session_flush_interval: float = Field(0.05, gt=0)
+
+    # --- marketplace ----------------------------------------------------------
+    database_url: str = "sqlite+aiosqlite:///./data/stack.db"
+    seed_demo_data: bool = False
+
+    @field_validator("model_aliases", "api_keys", "admin_api_keys", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        return _split_commas(value)
+
+    @field_validator("vllm_base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _bind_safely(self) -> "Settings":
+        # No key configured means nobody can be told apart: serve loopback only.
+        if not self.auth_enabled and not is_loopback(self.host):
+            self._unsafe_host_refused = self.host
+            self.host = "127.0.0.1"
+        return self
+
+    _unsafe_host_refused: str | None = PrivateAttr(None)
+
+    @property
+    def unsafe_host_refused(self) -> str | None:
+        """The non-loopback host asked for without any API key, if any."""
+        return self._unsafe_host_refused
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys or self.admin_api_keys)
+
+    @property
+    def effective_sessions_database_url(self) -> str:
+        return self.sessions_database_url or self.database_url
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

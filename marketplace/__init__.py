@@ -1,0 +1,1 @@
+"""The AI marketplace backend: catalogue, users, conversations, search and /api/chat."""

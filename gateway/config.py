@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     reload: bool = False
     workers: int = Field(1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = True  # one JSON line per request (never per chunk)
 
     # --- the engine --------------------------------------------------------
     vllm_base_url: str = "http://127.0.0.1:8001"

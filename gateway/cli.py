@@ -1,0 +1,48 @@
+"""``stack-gateway``: serve the gateway with uvicorn (uvloop + httptools).
+
+Settings come from the environment (see the README's configuration table).
+Without any API key the gateway refuses to listen beyond loopback: it binds
+127.0.0.1 and says so at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from gateway.config import Settings
+from gateway.logs import configure_logging
+
+log = logging.getLogger("gateway.cli")
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    if settings.unsafe_host_refused:
+        log.warning(
+            "no API key configured: refusing to listen on %s, binding 127.0.0.1 only "
+            "(set API_KEYS or ADMIN_API_KEYS to serve other hosts)",
+            settings.unsafe_host_refused,
+        )
+    elif not settings.auth_enabled:
+        log.warning("no API key configured: authentication is off; listening on loopback only")
+    uvicorn.run(
+        "gateway.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        reload=settings.reload,
+        workers=None if settings.reload else settings.workers,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=75,  # longer than typical client/proxy idle timeouts
+        timeout_graceful_shutdown=10,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""What the gateway knows about the engine: ready or not, which models, how long a context.
+
+Readiness follows the engine's own signals: ``/health`` answers 200 and
+``/v1/models`` lists at least one model. A background task refreshes the state
+every ``ENGINE_POLL_INTERVAL`` seconds; ``/health`` refreshes it on demand when
+the last look is older than a second, so a stopped engine reads not-ready at
+once, and concurrent refreshes share one look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from gateway.config import Settings
+from gateway.errors import GatewayError
+from gateway.upstream import UpstreamClient, UpstreamError
+
+log = logging.getLogger("gateway.engine")
+
+FRESH_SECONDS = 1.0
+
+
+class EngineState:
+    def __init__(self, settings: Settings, upstream: UpstreamClient, *, metrics=None) -> None:
+        self._settings = settings
+        self._upstream = upstream
+        self._metrics = metrics
+        self.ready = False
+        self.reachable = False
+        self.served_models: list[str] = []
+        self.max_model_len: int | None = None
+        self.root: str | None = None  # the checkpoint the engine loaded (its path or hub id)
+        self.last_error: str | None = None
+        self.checked_at = 0.0
+        self._refreshing: asyncio.Future | None = None
+        self._poller: asyncio.Task | None = None
+
+    # --- model names -----------------------------------------------------------
+    @property
+    def default_model(self) -> str:
+        """The name the gateway sends upstream for aliases and reports as ``model``."""
+        if self._settings.model_path and (
+            not self.served_models or self._settings.model_path in self.served_models
+        ):
+            return self._settings.model_path
+        if self.served_models:
+            return self.served_models[0]
+        return self._settings.model_path or "unknown"
+
+    @property
+    def public_models(self) -> list[str]:
+        """Every name a client may use: the engine's own plus configured aliases."""
+        names = list(self.served_models)
+        for name in [self._settings.model_path, *self._settings.model_aliases]:
+            if name and name not in names:
+                names.append(name)
+        return names
+
+    def resolve_model(self, requested: object) -> str | None:
+        """The engine-side name for ``requested``; None if the engine serves it as is.
+
+        Raises a 404 (OpenAI's ``model_not_found``) listing valid names for an
+        unknown model, and 503 when the engine's models are not known yet.
+        """
+        if not self.served_models:
+            raise GatewayError(503, "the inference engine is not ready (no model loaded yet)", code="engine_not_ready")
+        if requested is None or requested in self.served_models:
+            return None
+        if requested in self.public_models:
+            return self.default_model
+        valid = ", ".join(self.public_models)
+        raise GatewayError(
+            404,
+            f"The model '{requested}' does not exist. Available models: {valid}",
+            param="model",
+            code="model_not_found",
+        )
+
+    # --- refreshing --------------------------------------------------------------
+    async def refresh(self) -> None:
+        """Look at the engine now (shared by concurrent callers)."""
+        if self._refreshing is not None:
+            await asyncio.shield(self._refreshing)
+            return
+        loop = asyncio.get_running_loop()
+        self._refreshing = loop.create_future()
+        try:
+            await self._look()
+        finally:
+            self._refreshing.set_result(None)
+            self._refreshing = None
+
+    async def refresh_if_stale(self) -> None:
+        if time.monotonic() - self.checked_at > FRESH_SECONDS:
+            await self.refresh()
+
+    async def _look(self) -> None:
+        timeout = min(5.0, self._settings.upstream_connect_timeout + 2.0)
+        try:
+            status, _, _ = await self._upstream.request_bytes("GET", "/health", timeout=timeout)
+            self.reachable = True
+            if status != 200:
+                raise UpstreamError(503, f"engine /health answered {status}")
+            models = await self._upstream.get_json("/v1/models", timeout=timeout)
+            cards = [m for m in models.get("data", []) if isinstance(m, dict) and m.get("id")]
+            self.served_models = [str(m["id"]) for m in cards]
+            if cards:
+                self.max_model_len = cards[0].get("max_model_len")
+                self.root = cards[0].get("root")
+            was_ready, self.ready = self.ready, bool(self.served_models)
+            self.last_error = None if self.ready else "the engine lists no model"
+            if self.ready and not was_ready:
+                log.info("engine ready", extra={"models": self.served_models, "max_model_len": self.max_model_len})
+        except UpstreamError as exc:
+            if exc.status == 503 and "unreachable" in exc.message:
+                self.reachable = False
+            if self.ready:
+                log.warning("engine not ready", extra={"reason": exc.message})
+            self.ready = False
+            self.last_error = exc.message
+        finally:
+            self.checked_at = time.monotonic()
+            if self._metrics is not None:
+                self._metrics.engine_ready.set(1 if self.ready else 0)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.refresh()
+            await asyncio.sleep(self._settings.engine_poll_interval)
+
+    def start_polling(self) -> None:
+        self._poller = asyncio.get_running_loop().create_task(self._poll_forever(), name="engine-poller")
+
+    async def stop_polling(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None

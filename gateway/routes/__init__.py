@@ -1,0 +1,1 @@
+"""Routes that are not part of a feature package: health and metrics."""

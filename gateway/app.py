@@ -77,4 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _features() -> list:
     """Feature packages, each exposing ``router``, ``start(app, settings)`` and ``stop(app)``."""
-    return []
+    from gateway.codegen import feature as codegen
+    from gateway.streams import feature as streams
+    from marketplace import feature as marketplace
+
+    return [streams, codegen, marketplace]

@@ -1,0 +1,1 @@
+"""Resumable streaming sessions: event log, stores, producer, resume and cancel."""

@@ -1,0 +1,98 @@
+"""Database engines from a URL: SQLite through aiosqlite, PostgreSQL through asyncpg.
+
+``create_engine(url)`` accepts the plain forms too (``sqlite:///file.db``,
+``postgresql://...``) and picks the async driver. SQLite connections get WAL
+journalling, enforced foreign keys, a busy timeout, and a ``geodesic_km`` SQL
+function (WGS-84 geodesic, the same numbers geopy reports) that the search
+orders by; on PostgreSQL a function of the same name is created by the
+migrations, so one query text serves both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from geographiclib.geodesic import Geodesic
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
+
+
+def normalize_url(url: str) -> str:
+    """``url`` with the async driver named (``sqlite`` -> ``sqlite+aiosqlite``, ...)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        raise ValueError(f"database_url: unsupported database {backend!r} (use sqlite or postgresql)")
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=_DRIVERS[backend])
+    return parsed.render_as_string(hide_password=False)
+
+
+def database_kind(url: str) -> str:
+    """``"sqlite"`` or ``"postgresql"``."""
+    return "sqlite" if make_url(normalize_url(url)).get_backend_name() == "sqlite" else "postgresql"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for PostgreSQL or in-memory SQLite)."""
+    parsed = make_url(normalize_url(url))
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+async def ensure_database_directory(url: str) -> None:
+    """Create the directory of a SQLite file if missing (``./data/`` on a first start)."""
+    path = sqlite_path(url)
+    if path is not None:
+        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+
+
+def geodesic_km(lat1: float, lng1: float, lat2: float, lng2: float) -> float | None:
+    """WGS-84 geodesic distance in km (geographiclib: what ``geopy.distance.geodesic`` uses)."""
+    if None in (lat1, lng1, lat2, lng2):
+        return None
+    return Geodesic.WGS84.Inverse(lat1, lng1, lat2, lng2, Geodesic.DISTANCE)["s12"] / 1000.0
+
+
+def _configure_sqlite(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+    # Runs on aiosqlite's own thread when queries call it, not on the event loop.
+    dbapi_connection.create_function("geodesic_km", 4, geodesic_km, deterministic=True)
+
+
+def create_engine(url: str, **kwargs) -> AsyncEngine:
+    """An async engine for ``url``, configured for its database."""
+    url = normalize_url(url)
+    if database_kind(url) == "sqlite":
+        engine = _create_async_engine(url, **kwargs)
+        event.listen(engine.sync_engine, "connect", _configure_sqlite)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return _create_async_engine(url, **kwargs)
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions whose objects stay readable after commit (routes serialise them afterwards)."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+async def migrate(url: str) -> None:
+    """Bring the database at ``url`` to the newest schema (Alembic ``upgrade head``)."""
+    from marketplace.migrations.runner import upgrade_to_head
+
+    await ensure_database_directory(url)
+    # Alembic's command API is synchronous (it reads script files and, in our
+    # env.py, runs its own event loop): keep it off the caller's loop.
+    await asyncio.to_thread(upgrade_to_head, normalize_url(url))

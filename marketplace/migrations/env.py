@@ -1,0 +1,72 @@
+"""Alembic environment: async engines for both SQLite and PostgreSQL.
+
+The URL comes from the caller (``marketplace.db.migrate``), else the
+``DATABASE_URL`` environment variable, else ``sqlalchemy.url`` in alembic.ini.
+On PostgreSQL the whole upgrade runs in one transaction holding an advisory
+lock, so several gateway workers starting together migrate once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy import pool, text
+from sqlalchemy.engine import Connection
+
+from marketplace.db import create_engine, normalize_url
+from marketplace.migrations.runner import VERSION_TABLE
+from marketplace.models import Base
+
+MIGRATION_LOCK_KEY = 0x6D61726B6574  # "market"
+
+config = context.config
+if config.attributes.get("configure_logging", True) and config.config_file_name:
+    fileConfig(config.config_file_name)
+
+database_url = normalize_url(
+    config.attributes.get("database_url")
+    or os.environ.get("DATABASE_URL")
+    or config.get_main_option("sqlalchemy.url")
+)
+
+
+def _configure(**kwargs) -> None:
+    context.configure(
+        target_metadata=Base.metadata,
+        version_table=VERSION_TABLE,
+        compare_type=True,
+        **kwargs,
+    )
+
+
+def run_migrations_offline() -> None:
+    _configure(url=database_url, literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run_on(connection: Connection) -> None:
+    _configure(connection=connection, render_as_batch=connection.dialect.name == "sqlite")
+    with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        context.run_migrations()
+
+
+async def run_migrations_online() -> None:
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run_on)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    asyncio.run(run_migrations_online())

@@ -1,0 +1,30 @@
+"""Run the marketplace migrations from code (what ``marketplace.db.migrate`` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent
+ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
+# Its own version table, so the marketplace schema can share a database with
+# other parts of the gateway that keep their own history.
+VERSION_TABLE = "marketplace_alembic_version"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config for ``url`` that leaves the application's logging alone."""
+    config = Config(str(ALEMBIC_INI))
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute, not an ini option: ini values are %-interpolated,
+    # which would mangle passwords containing "%".
+    config.attributes["database_url"] = url
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def upgrade_to_head(url: str) -> None:
+    """Blocking: upgrade the database at ``url`` to the newest revision."""
+    command.upgrade(alembic_config(url), "head")

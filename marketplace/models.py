@@ -1,0 +1,168 @@
+"""The marketplace tables as typed SQLAlchemy 2 models.
+
+The schema itself is created by the Alembic migrations in ``migrations/``; these
+classes describe it to the ORM, and a test checks that both agree on SQLite and
+PostgreSQL. Types are chosen to mean the same on both databases: prices are
+integers (IDR has no minor unit), timestamps are stored in UTC and read back
+timezone-aware, JSON becomes JSONB on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Field bounds, shared with the request schemas and the prompt builder.
+NAME_MAX = 200
+EMAIL_MAX = 254
+ADDRESS_MAX = 500
+CONTACT_MAX = 200
+DESCRIPTION_MAX = 5000
+CATEGORY_MAX = 64
+TAG_MAX = 40
+TAGS_MAX = 20
+SESSION_ID_MAX = 128
+ROLE_MAX = 16
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-numbers a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp stored in UTC and always read back timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given for a UTC column")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Supplier(Base):
+    __tablename__ = "suppliers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_MAX))
+    business_name: Mapped[str] = mapped_column(String(NAME_MAX))
+    lat: Mapped[float] = mapped_column(Float)
+    lng: Mapped[float] = mapped_column(Float)
+    address: Mapped[str] = mapped_column(String(ADDRESS_MAX), default="")
+    contact: Mapped[str] = mapped_column(String(CONTACT_MAX), default="")
+    registration_date: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+
+    products: Mapped[list[Product]] = relationship(back_populates="supplier")
+
+    # The bounding-box prefilter of the SQLite search ranges over these columns.
+    __table_args__ = (Index("ix_suppliers_lat_lng", "lat", "lng"),)
+
+
+class Product(Base):
+    __tablename__ = "products"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    supplier_id: Mapped[int] = mapped_column(
+        ForeignKey("suppliers.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(NAME_MAX))
+    description: Mapped[str] = mapped_column(Text, default="")
+    price: Mapped[int] = mapped_column(BigInteger)  # IDR
+    stock_quantity: Mapped[int] = mapped_column(Integer, default=0)
+    category: Mapped[str] = mapped_column(String(CATEGORY_MAX), index=True)
+    tags: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    # "|tag1|tag2|", lower case: lets both databases match whole tags with LIKE.
+    tags_text: Mapped[str] = mapped_column(Text, default="|")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    supplier: Mapped[Supplier] = relationship(back_populates="products")
+
+    __table_args__ = (
+        Index("ix_products_price", "price"),
+        CheckConstraint("price >= 0", name="ck_products_price_nonnegative"),
+        CheckConstraint("stock_quantity >= 0", name="ck_products_stock_nonnegative"),
+    )
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_MAX))
+    email: Mapped[str] = mapped_column(String(EMAIL_MAX), unique=True)
+    lat: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lng: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ai_access_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    preferences: Mapped[dict] = mapped_column(JsonType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[str] = mapped_column(String(SESSION_ID_MAX), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    messages: Mapped[list[Message]] = relationship(
+        back_populates="conversation", order_by="Message.id"
+    )
+
+
+class Message(Base):
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    role: Mapped[str] = mapped_column(String(ROLE_MAX))
+    content: Mapped[str] = mapped_column(Text)
+    timestamp: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # For assistant turns: the product ids offered to the model, the model name,
+    # finish reason and token usage, so a conversation record shows what the
+    # engine was given.
+    details: Mapped[dict | None] = mapped_column(JsonType, nullable=True)
+
+    conversation: Mapped[Conversation] = relationship(back_populates="messages")
+
+
+def tags_text_for(tags: list[str]) -> str:
+    """The ``tags_text`` column value for a list of tags."""
+    return "|" + "".join(f"{tag.lower()}|" for tag in tags)

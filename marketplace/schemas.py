@@ -1,0 +1,382 @@
+"""Request and response bodies of the marketplace API (pydantic).
+
+Every bound here is enforced before any database work, so bad input is a 422
+naming the field and nothing is written. Unknown fields are refused rather than
+ignored: a misspelt ``stock_quantiy`` must not silently do nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+from marketplace import geo
+from marketplace.models import (
+    ADDRESS_MAX,
+    CATEGORY_MAX,
+    CONTACT_MAX,
+    DESCRIPTION_MAX,
+    EMAIL_MAX,
+    NAME_MAX,
+    SESSION_ID_MAX,
+    TAG_MAX,
+    TAGS_MAX,
+)
+
+PRICE_MAX = 10**12  # one trillion rupiah: far above any catalogue item, far below BIGINT
+STOCK_MAX = 10**9
+PREFERENCES_MAX_BYTES = 4096
+CHAT_MESSAGE_MAX = 4000
+QUERY_MAX = 500
+PAGE_LIMIT_MAX = 100
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
+_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
+Price = Annotated[StrictInt, Field(ge=0, le=PRICE_MAX)]
+Stock = Annotated[StrictInt, Field(ge=0, le=STOCK_MAX)]
+
+
+class Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Location(Input):
+    lat: float = Field(ge=-90, le=90, allow_inf_nan=False)
+    lng: float = Field(ge=-180, le=180, allow_inf_nan=False)
+
+    def point(self) -> geo.Point:
+        return geo.Point(self.lat, self.lng)
+
+
+def _location_from_text(value: Any) -> Any:
+    """Also accept ``"lat,lng"`` where a location object is expected."""
+    if isinstance(value, str):
+        point = geo.parse_location(value)  # ValueError -> 422 naming the field
+        return {"lat": point.lat, "lng": point.lng}
+    return value
+
+
+def _normalise_tags(tags: list[str]) -> list[str]:
+    seen: list[str] = []
+    for tag in tags:
+        tag = " ".join(tag.lower().split())
+        if not tag:
+            raise ValueError("tags must not be empty strings")
+        if "|" in tag:
+            raise ValueError("tags must not contain '|'")
+        if tag not in seen:
+            seen.append(tag)
+    return seen
+
+
+def _check_category(value: str) -> str:
+    value = value.strip().lower()
+    if not _CATEGORY.match(value):
+        raise ValueError("category must be a lower-case slug such as 'electronics'")
+    return value
+
+
+# --- suppliers -----------------------------------------------------------------
+
+
+class SupplierCreate(Input):
+    name: Name
+    business_name: Name
+    location: Location
+    address: str = Field("", max_length=ADDRESS_MAX)
+    contact: str = Field("", max_length=CONTACT_MAX)
+    active: StrictBool = True
+
+    _location = field_validator("location", mode="before")(_location_from_text)
+
+
+class SupplierOut(BaseModel):
+    id: int
+    name: str
+    business_name: str
+    location: Location
+    address: str
+    contact: str
+    registration_date: datetime
+    active: bool
+
+    @classmethod
+    def of(cls, supplier) -> "SupplierOut":
+        return cls(
+            id=supplier.id,
+            name=supplier.name,
+            business_name=supplier.business_name,
+            location=Location(lat=supplier.lat, lng=supplier.lng),
+            address=supplier.address,
+            contact=supplier.contact,
+            registration_date=supplier.registration_date,
+            active=supplier.active,
+        )
+
+
+# --- products --------------------------------------------------------------------
+
+
+class ProductCreate(Input):
+    supplier_id: StrictInt = Field(ge=1)
+    name: Name
+    description: str = Field("", max_length=DESCRIPTION_MAX)
+    price: Price
+    stock_quantity: Stock = 0
+    category: str = Field(min_length=1, max_length=CATEGORY_MAX)
+    tags: list[Annotated[str, Field(max_length=TAG_MAX)]] = Field(default_factory=list, max_length=TAGS_MAX)
+
+    _tags = field_validator("tags")(_normalise_tags)
+    _category = field_validator("category")(_check_category)
+
+
+class ProductUpdate(Input):
+    """Any subset of a product's fields; the supplier of a product never changes."""
+
+    name: Name | None = None
+    description: str | None = Field(None, max_length=DESCRIPTION_MAX)
+    price: Price | None = None
+    stock_quantity: Stock | None = None
+    category: str | None = Field(None, min_length=1, max_length=CATEGORY_MAX)
+    tags: list[Annotated[str, Field(max_length=TAG_MAX)]] | None = Field(None, max_length=TAGS_MAX)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _normalise_tags(value)
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, value: str | None) -> str | None:
+        return None if value is None else _check_category(value)
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> "ProductUpdate":
+        for name in self.model_fields_set:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} may not be null (leave it out to keep the current value)")
+        if not self.model_fields_set:
+            raise ValueError("give at least one field to change")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class ProductOut(BaseModel):
+    id: int
+    supplier_id: int
+    name: str
+    description: str
+    price: int
+    stock_quantity: int
+    in_stock: bool
+    category: str
+    tags: list[str]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, product) -> "ProductOut":
+        return cls(
+            id=product.id,
+            supplier_id=product.supplier_id,
+            name=product.name,
+            description=product.description,
+            price=product.price,
+            stock_quantity=product.stock_quantity,
+            in_stock=product.stock_quantity > 0,
+            category=product.category,
+            tags=list(product.tags or []),
+            created_at=product.created_at,
+            updated_at=product.updated_at,
+        )
+
+
+class ProductPage(BaseModel):
+    supplier_id: int
+    total: int
+    limit: int
+    offset: int
+    products: list[ProductOut]
+
+
+# --- users --------------------------------------------------------------------------
+
+
+class UserCreate(Input):
+    name: Name
+    email: str = Field(max_length=EMAIL_MAX)
+    location: Location | None = None
+    ai_access_enabled: StrictBool = False
+    preferences: dict[str, Any] = Field(default_factory=dict)
+
+    _location = field_validator("location", mode="before")(_location_from_text)
+
+    @field_validator("email")
+    @classmethod
+    def _email(cls, value: str) -> str:
+        if not _EMAIL.match(value):
+            raise ValueError("email must look like name@example.com")
+        return value.lower()
+
+    @field_validator("preferences")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(value, ensure_ascii=False).encode()) > PREFERENCES_MAX_BYTES:
+            raise ValueError(f"preferences must be at most {PREFERENCES_MAX_BYTES} bytes of JSON")
+        return value
+
+
+class UserOut(BaseModel):
+    id: int
+    name: str
+    email: str
+    location: Location | None
+    ai_access_enabled: bool
+    preferences: dict[str, Any]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, user) -> "UserOut":
+        location = None if user.lat is None else Location(lat=user.lat, lng=user.lng)
+        return cls(
+            id=user.id,
+            name=user.name,
+            email=user.email,
+            location=location,
+            ai_access_enabled=user.ai_access_enabled,
+            preferences=dict(user.preferences or {}),
+            created_at=user.created_at,
+        )
+
+
+# --- search -----------------------------------------------------------------------------
+
+
+class Delivery(BaseModel):
+    min_days: int
+    max_days: int
+    label: str
+
+
+class SupplierSummary(BaseModel):
+    id: int
+    name: str
+    business_name: str
+    location: Location
+    address: str
+
+
+class SearchHit(BaseModel):
+    product: ProductOut
+    supplier: SupplierSummary
+    distance_km: float | None = Field(description="WGS-84 geodesic distance (geopy), when a location is known")
+    delivery: Delivery | None
+    score: int = Field(description="text relevance: 3 per term in the name, 2 in the tags, 1 in the description")
+
+
+class SearchOut(BaseModel):
+    results: list[SearchHit]
+    total: int
+    limit: int
+    offset: int
+    location: Location | None
+    radius_km: float | None = Field(description="the radius finally searched (null: unlimited)")
+    terms: list[str]
+    fallback: list[str] = Field(description="relaxations applied because the strict search found nothing")
+
+
+class AISearchRequest(Input):
+    query: str = Field(min_length=1, max_length=QUERY_MAX)
+    location: Location | None = None
+    radius_km: float | None = Field(None, gt=0, le=20_000)
+    in_stock: StrictBool = True
+    limit: int = Field(20, ge=1, le=PAGE_LIMIT_MAX)
+    offset: int = Field(0, ge=0)
+
+    _location = field_validator("location", mode="before")(_location_from_text)
+
+
+class AISearchOut(SearchOut):
+    query: str
+    parsed: dict[str, Any]
+
+
+class Offer(BaseModel):
+    product: ProductOut
+    supplier: SupplierSummary
+    distance_km: float | None
+    delivery: Delivery | None
+
+
+class CompareOut(BaseModel):
+    name: str
+    location: Location | None
+    offers: list[Offer]
+    cheapest_product_id: int | None
+    nearest_product_id: int | None
+    min_price: int | None
+    max_price: int | None
+
+
+# --- chat and conversations --------------------------------------------------------------
+
+
+class ChatRequest(Input):
+    user_id: StrictInt = Field(ge=1)
+    message: str = Field(min_length=1, max_length=CHAT_MESSAGE_MAX)
+    session_id: str | None = Field(None, min_length=1, max_length=SESSION_ID_MAX)
+    location: Location | None = None
+    stream: StrictBool = False
+
+    _location = field_validator("location", mode="before")(_location_from_text)
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_id(cls, value: str | None) -> str | None:
+        if value is not None and not _SESSION_ID.match(value):
+            raise ValueError("session_id may contain only letters, digits and . _ : -")
+        return value
+
+
+class ChatOut(BaseModel):
+    answer: str
+    products: list[SearchHit]
+    conversation_id: int
+    session_id: str
+    parsed: dict[str, Any]
+    fallback: list[str]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+
+
+class MessageOut(BaseModel):
+    id: int
+    role: str
+    content: str
+    timestamp: datetime
+    details: dict[str, Any] | None
+
+
+class ConversationOut(BaseModel):
+    id: int
+    user_id: int
+    session_id: str
+    created_at: datetime
+    messages: list[MessageOut]

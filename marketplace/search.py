@@ -1,0 +1,256 @@
+"""Product search: filters, ranked text matching, nearest-first order, graceful fallback.
+
+Semantics
+- Filters always hold: price bounds, category, in-stock, active suppliers only.
+- Text: a product matches a term when the term occurs (case-insensitively) in
+  its name, tags or description. Strictly, every term must occur. The score is
+  3 per term found in the name + 2 per term in the tags + 1 per term in the
+  description.
+- Order: with a location, nearest supplier first (WGS-84 geodesic distance,
+  computed in the database before LIMIT/OFFSET, so page 1 holds the nearest
+  matches), then score, then product id. Without a location: score, then id.
+- Distance in the database: SQLite calls ``geodesic_km`` (geographiclib,
+  registered on each connection by ``marketplace.db``) on the suppliers inside
+  a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
+  with ``earth_box(ll_to_earth(...)) @> ll_to_earth(lat, lng)`` on a GiST
+  index, then the migration's ``geodesic_km`` (Vincenty, same distances to far
+  below a millimetre). Each supplier's distance is computed once (a
+  materialised CTE), not once per product.
+
+Fallback (when a search finds nothing, unless disabled): see ``_attempts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy import Select, and_, case, func, literal, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+
+from marketplace import geo
+from marketplace.models import Product, Supplier
+
+MAX_TERMS = 10
+MAX_TERM_LENGTH = 64
+MIN_TERM_LENGTH = 2
+# earth_box works on a sphere of radius 6378.168 km, which overstates some
+# geodesic distances by up to ~0.7 %; a 1 % wider box never misses a match.
+EARTH_BOX_MARGIN = 1.01
+
+# Names of the relaxations, as reported in ``SearchPage.fallback``.
+ANY_TERM = "matched_any_term"
+WIDENED_RADIUS = "widened_radius"
+DROPPED_TERMS = "dropped_terms"
+
+
+@dataclass(frozen=True)
+class SearchCriteria:
+    terms: tuple[str, ...] = ()
+    min_price: int | None = None
+    max_price: int | None = None
+    category: str | None = None
+    location: geo.Point | None = None
+    radius_km: float | None = None  # None: no distance limit
+    in_stock: bool = False
+    limit: int = 20
+    offset: int = 0
+    match_all_terms: bool = True
+
+
+@dataclass
+class Hit:
+    product: Product
+    supplier: Supplier
+    distance_km: float | None
+    delivery: geo.DeliveryEstimate | None
+    score: int
+
+
+@dataclass
+class SearchPage:
+    hits: list[Hit]
+    total: int
+    criteria: SearchCriteria  # what was finally searched, after any fallback
+    fallback: list[str] = field(default_factory=list)
+
+
+def normalise_terms(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Lower-cased, de-duplicated, bounded search terms (too-short words dropped)."""
+    terms: list[str] = []
+    for word in words:
+        word = " ".join(str(word).lower().split())[:MAX_TERM_LENGTH]
+        if len(word) >= MIN_TERM_LENGTH and word not in terms:
+            terms.append(word)
+    return tuple(terms[:MAX_TERMS])
+
+
+async def search_products(
+    *, session: AsyncSession, criteria: SearchCriteria, fallback: bool = True
+) -> SearchPage:
+    """One page of products matching ``criteria``, relaxing it step by step if nothing matches."""
+    attempts = _attempts(criteria) if fallback else [(criteria, [])]
+    page = None
+    for attempt, notes in attempts:
+        page = await _run(session=session, criteria=attempt)
+        page.fallback = notes
+        if page.total > 0:
+            return page
+    assert page is not None
+    return page
+
+
+def _attempts(criteria: SearchCriteria) -> list[tuple[SearchCriteria, list[str]]]:
+    """The searches to try in order, each with the relaxations it applies.
+
+    1. every term, within the radius;
+    2. any one term, within the radius (when there are several terms);
+    3. the same terms with no distance limit, still nearest first (a relevant
+       product farther away beats an irrelevant one nearby);
+    4. no terms (filters kept), within the radius;
+    5. no terms and no distance limit.
+    Steps that would repeat an earlier search are skipped.
+    """
+    attempts: list[tuple[SearchCriteria, list[str]]] = [(criteria, [])]
+    text_steps: list[tuple[SearchCriteria, list[str]]] = [(criteria, [])]
+    if len(criteria.terms) > 1:
+        any_term = replace(criteria, match_all_terms=False)
+        attempts.append((any_term, [ANY_TERM]))
+        text_steps.append((any_term, [ANY_TERM]))
+    widen = criteria.location is not None and criteria.radius_km is not None
+    if widen:
+        last, notes = text_steps[-1]
+        attempts.append((replace(last, radius_km=None), [*notes, WIDENED_RADIUS]))
+    if criteria.terms:
+        no_terms = replace(criteria, terms=())
+        attempts.append((no_terms, [DROPPED_TERMS]))
+        if widen:
+            attempts.append((replace(no_terms, radius_km=None), [DROPPED_TERMS, WIDENED_RADIUS]))
+    return attempts
+
+
+def _like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _term_hits(term: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
+    pattern = _like_pattern(term)
+    return (
+        func.lower(Product.name).like(pattern, escape="\\"),
+        Product.tags_text.like(pattern, escape="\\"),  # already lower case
+        func.lower(Product.description).like(pattern, escape="\\"),
+    )
+
+
+def text_match_and_score(
+    terms: tuple[str, ...], *, match_all: bool
+) -> tuple[ColumnElement[bool] | None, ColumnElement[int]]:
+    """The WHERE condition for ``terms`` (None when there are none) and the score expression."""
+    if not terms:
+        return None, literal(0)
+    conditions, score = [], None
+    for term in terms:
+        in_name, in_tags, in_description = _term_hits(term)
+        conditions.append(or_(in_name, in_tags, in_description))
+        term_score = (
+            case((in_name, 3), else_=0) + case((in_tags, 2), else_=0) + case((in_description, 1), else_=0)
+        )
+        score = term_score if score is None else score + term_score
+    condition = and_(*conditions) if match_all else or_(*conditions)
+    return condition, score
+
+
+def nearby_suppliers(*, dialect: str, center: geo.Point, radius_km: float | None):
+    """A materialised CTE of active suppliers with their distance to ``center`` (km).
+
+    Rows may lie slightly beyond ``radius_km`` (the prefilter is a box); callers
+    filter on the exact ``distance`` column.
+    """
+    lat, lng = literal(center.lat), literal(center.lng)
+    distance = func.geodesic_km(lat, lng, Supplier.lat, Supplier.lng)
+    query = select(Supplier.id.label("supplier_id"), distance.label("distance")).where(
+        Supplier.active.is_(True)
+    )
+    if radius_km is not None:
+        if dialect == "postgresql":
+            box = func.earth_box(func.ll_to_earth(lat, lng), literal(radius_km * 1000 * EARTH_BOX_MARGIN))
+            query = query.where(box.op("@>")(func.ll_to_earth(Supplier.lat, Supplier.lng)))
+        else:
+            min_lat, max_lat, min_lng, max_lng = geo.bounding_box(center, radius_km)
+            query = query.where(
+                Supplier.lat.between(min_lat, max_lat), Supplier.lng.between(min_lng, max_lng)
+            )
+    return query.cte("nearby").prefix_with("MATERIALIZED")
+
+
+def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
+    """The non-text, non-distance conditions of a search."""
+    conditions: list[ColumnElement[bool]] = [Supplier.active.is_(True)]
+    if criteria.min_price is not None:
+        conditions.append(Product.price >= criteria.min_price)
+    if criteria.max_price is not None:
+        conditions.append(Product.price <= criteria.max_price)
+    if criteria.category:
+        conditions.append(Product.category == criteria.category)
+    if criteria.in_stock:
+        conditions.append(Product.stock_quantity > 0)
+    return conditions
+
+
+def build_query(criteria: SearchCriteria, *, dialect: str) -> Select:
+    """SELECT product, supplier, distance, score, total-count for one page of ``criteria``."""
+    condition, score = text_match_and_score(criteria.terms, match_all=criteria.match_all_terms)
+    where = filters(criteria)
+    if condition is not None:
+        where.append(condition)
+    if criteria.location is None:
+        query = select(Product, Supplier, literal(None).label("distance"), score.label("score"))
+        query = query.join(Supplier, Supplier.id == Product.supplier_id)
+        order = [score.desc(), Product.id] if criteria.terms else [Product.id]
+    else:
+        nearby = nearby_suppliers(dialect=dialect, center=criteria.location, radius_km=criteria.radius_km)
+        query = select(Product, Supplier, nearby.c.distance, score.label("score"))
+        query = query.join(nearby, nearby.c.supplier_id == Product.supplier_id).join(
+            Supplier, Supplier.id == Product.supplier_id
+        )
+        if criteria.radius_km is not None:
+            where.append(nearby.c.distance <= criteria.radius_km)
+        order = [nearby.c.distance, score.desc(), Product.id]
+    return (
+        query.add_columns(func.count().over().label("total"))
+        .where(*where)
+        .order_by(*order)
+        .limit(criteria.limit)
+        .offset(criteria.offset)
+    )
+
+
+async def _run(*, session: AsyncSession, criteria: SearchCriteria) -> SearchPage:
+    dialect = session.bind.dialect.name
+    rows = (await session.execute(build_query(criteria, dialect=dialect))).all()
+    if rows:
+        total = rows[0].total
+    elif criteria.offset > 0:  # past the end: the window count saw no row, ask for it alone
+        counted = build_query(replace(criteria, offset=0, limit=1), dialect=dialect)
+        first = (await session.execute(counted)).first()
+        total = first.total if first else 0
+    else:
+        total = 0
+    return SearchPage(hits=hits_for(rows, criteria.location), total=int(total), criteria=criteria)
+
+
+def hits_for(rows, location: geo.Point | None) -> list[Hit]:
+    """Search hits with geopy distances and delivery estimates (computed once per supplier)."""
+    distances: dict[int, float] = {}
+    hits = []
+    for row in rows:
+        product, supplier = row[0], row[1]
+        distance = None
+        if location is not None:
+            if supplier.id not in distances:
+                distances[supplier.id] = geo.distance_km(location, geo.Point(supplier.lat, supplier.lng))
+            distance = distances[supplier.id]
+        delivery = None if distance is None else geo.delivery_estimate(distance)
+        hits.append(Hit(product, supplier, distance, delivery, int(row.score or 0)))
+    return hits

@@ -1,0 +1,175 @@
+"""A controllable stand-in for vLLM's OpenAI server, for fast unit tests.
+
+It speaks vLLM's wire format (same chunk shapes, ``data: ...\\n\\n`` framing,
+usage chunk with ``choices: []``) and records what it received, so tests can
+assert what the gateway forwarded. Behaviour is switched per test through
+attributes (``mode``, ``chunk_delay``, ...). Never the only evidence that a
+feature works: integration tests run the real engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> dict:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class FakeEngine:
+    models: list[str] = field(default_factory=lambda: ["fake-model"])
+    max_model_len: int = 2048
+    mode: str = "ok"  # ok | http_400 | http_500 | hang | break_mid_stream | no_done | garbage
+    health_status: int = 200
+    chunk_delay: float = 0.0
+    first_chunk_delay: float = 0.0
+    received: list[Received] = field(default_factory=list)
+    streams_started: int = 0
+    streams_aborted: int = 0
+    stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    base_url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> "FakeEngine":
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_post("/v1/completions", self._complete)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def last(self) -> Received:
+        return self.received[-1]
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=self.health_status, text="")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": "/models/fake",
+             "parent": None, "max_model_len": self.max_model_len}
+            for name in self.models
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        payload = orjson.loads(body)
+        if self.mode == "http_400":
+            return web.json_response(
+                {"error": {"message": "temperature must be non-negative", "type": "BadRequestError",
+                           "param": "temperature", "code": 400}}, status=400)
+        if self.mode == "http_500":
+            return web.json_response({"error": {"message": "engine exploded", "type": "InternalServerError",
+                                                "param": None, "code": 500}}, status=500)
+        if self.mode == "garbage":
+            return web.Response(text="<html>not json</html>", content_type="text/html")
+        if self.mode == "hang":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.request_aborted.set()
+                raise
+        if payload.get("stream"):
+            return await self._stream(request, payload)
+        n_tokens = int(payload.get("max_tokens") or 16)
+        chat = request.path.endswith("/chat/completions")
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": "tok " * n_tokens}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": "tok " * n_tokens, "finish_reason": "length"}
+        )
+        return web.json_response({
+            "id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion", "created": 0,
+            "model": payload.get("model"), "choices": [choice],
+            "usage": {"prompt_tokens": 5, "total_tokens": 5 + n_tokens, "completion_tokens": n_tokens},
+        })
+
+    async def _stream(self, request: web.Request, payload: dict) -> web.StreamResponse:
+        self.streams_started += 1
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        n_tokens = int(payload.get("max_tokens") or 16)
+        created = int(time.time())
+        chat = request.path.endswith("/chat/completions")
+
+        def frame(obj: dict) -> bytes:
+            return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+        def chunk(content: str, finish: str | None = None) -> bytes:
+            if chat:
+                choice = {"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": finish}
+                obj = "chat.completion.chunk"
+            else:
+                choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": finish}
+                obj = "text_completion"
+            return frame({"id": "chatcmpl-fake", "object": obj, "created": created,
+                          "model": payload.get("model"), "choices": [choice]})
+
+        try:
+            if self.first_chunk_delay:
+                await asyncio.sleep(self.first_chunk_delay)
+            if chat:
+                await response.write(frame({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
+                                            "model": payload.get("model"),
+                                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                         "logprobs": None, "finish_reason": None}]}))
+            for i in range(n_tokens):
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+                if self.mode == "break_mid_stream" and i == n_tokens // 2:
+                    request.transport.close()  # the engine dies mid-stream
+                    return response
+                last = i == n_tokens - 1
+                await response.write(chunk(f"t{i} ", "length" if last else None))
+            if (payload.get("stream_options") or {}).get("include_usage"):
+                await response.write(frame({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                                            "created": created, "model": payload.get("model"), "choices": [],
+                                            "usage": {"prompt_tokens": 5, "total_tokens": 5 + n_tokens,
+                                                      "completion_tokens": n_tokens}}))
+            if self.mode != "no_done":
+                await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.streams_aborted += 1
+            self.stream_aborted.set()
+            raise
+        return response
+
+
+@contextlib.asynccontextmanager
+async def running_fake_engine(**kwargs):
+    engine = await FakeEngine(**kwargs).start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()

@@ -1,0 +1,74 @@
+"""Small pure parts: key ring, admission counters, SSE framing."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.admission import Admission
+from gateway.auth import KeyRing, bearer_token
+from gateway.sse import SSEFramer, is_usage_only
+
+
+def test_keyring_resolves_rights_and_stores_no_clear_text():
+    hashed = "sha256:" + hashlib.sha256(b"admin-key").hexdigest()
+    ring = KeyRing(read_keys=["read-key"], write_keys=[hashed])
+    assert ring.authenticate("read-key").can_write is False
+    assert ring.authenticate("admin-key").can_write is True
+    assert ring.authenticate("nope") is None
+    assert "read-key" not in repr(ring.__dict__)
+
+
+def test_keyring_rejects_malformed_hashes():
+    with pytest.raises(ValueError, match="64 hex digits"):
+        KeyRing(read_keys=["sha256:abc"], write_keys=[])
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [(b"Bearer abc", "abc"), (b"bearer  abc ", "abc"), (b"Basic abc", None), (b"Bearer", None), (None, None)],
+)
+def test_bearer_token(header, token):
+    assert bearer_token(header) == token
+
+
+def test_admission_counts_and_releases():
+    admission = Admission(max_inflight=3, max_inflight_per_key=2)
+    assert admission.try_enter("a") is None and admission.try_enter("a") is None
+    assert "this API key" in admission.try_enter("a")
+    assert admission.try_enter("b") is None
+    assert "the gateway" in admission.try_enter("c")
+    admission.leave("a")
+    assert admission.try_enter("c") is None
+    for key in ("a", "b", "c"):
+        admission.leave(key)
+    assert admission.inflight == 0 and admission.held_by("a") == 0
+
+
+EVENTS = st.lists(st.binary(min_size=1, max_size=40).map(lambda b: b"data: " + b.replace(b"\n", b" ")), min_size=1, max_size=20)
+
+
+@given(events=EVENTS, cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=10))
+def test_framer_returns_the_same_events_however_the_bytes_are_cut(events, cuts):
+    stream = b"".join(e + b"\n\n" for e in events)
+    positions = sorted({c % (len(stream) + 1) for c in cuts})
+    pieces = [stream[a:b] for a, b in zip([0, *positions], [*positions, len(stream)])]
+    framer = SSEFramer()
+    out = [event for piece in pieces for event in framer.feed(piece)]
+    assert out == events
+    assert framer.pending == b""
+
+
+def test_framer_accepts_crlf_and_keeps_partial_events():
+    framer = SSEFramer()
+    assert framer.feed(b"data: a\r\n\r\ndata: b") == [b"data: a"]
+    assert framer.pending == b"data: b"
+    assert framer.feed(b"\n\n") == [b"data: b"]
+
+
+def test_usage_only_chunk_detection():
+    assert is_usage_only(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
+    assert not is_usage_only(b'data: {"choices":[{"index":0}],"usage":null}')

@@ -7,11 +7,12 @@ The rules, in the order they are applied:
    separator is ordinary content, so code containing them survives intact.
 2. **Opening fence** (CommonMark): at most 3 spaces of indentation, then a run of at least
    three backticks or at least three tildes, then an optional info string. A backtick
-   fence's info string may not contain a backtick (so ```` ```x``` ```` on one line is
-   inline code, not a fence). Lines indented 4 or more spaces (or by a tab) never fence.
-3. **Language tag**: the first word of the info string, with or without a space after the
-   fence (```` ```python ````, ```` ``` python ````), case-insensitive, read up to the first
-   character that cannot belong to a name (``python3.11`` and ``python:main.py`` read as
+   fence's info string may not contain a backtick (three backticks, a word and three more
+   backticks on one line are inline code, not a fence). A line indented by 4 or more
+   spaces, or by a tab, is never a fence.
+3. **Language tag**: the first word of the info string, whether or not a space separates
+   it from the fence, case-insensitive, read up to the first character that cannot belong
+   to a name (``python3.11`` and ``python:main.py`` read as
    ``python3`` and ``python``; ``{.python}`` as ``python``). Aliases map to one name:
    ``py``, ``py3``, ``python3`` are ``python``; ``js``/``node`` ``javascript``; ``ts``
    ``typescript``; ``sh``/``shell``/``zsh`` ``bash``; a few more in ``LANGUAGE_ALIASES``.
@@ -19,7 +20,7 @@ The rules, in the order they are applied:
 4. **Closing fence**: at most 3 spaces of indentation, the *same* character as the
    opening fence, at least as many of them, then only spaces or tabs. Anything else,
    including a shorter fence, the other fence character or a fence followed by a tag, is
-   content: a ```````` ```` ```````` block may hold ```` ``` ```` blocks inside it.
+   content: a block opened with four backticks may hold three-backtick blocks inside it.
 5. **Content**: the lines between the fences, each with its own line ending kept
    byte-for-byte (CRLF stays CRLF, LF stays LF, even mixed), except the line ending just
    before the closing fence, which belongs to the fence. If the opening fence is indented
@@ -29,7 +30,7 @@ The rules, in the order they are applied:
 6. **Empty block**: a block with no content lines (or one empty line) is the empty
    string; an empty preferred block is returned as ``""``, never replaced by the next one.
 7. **Unclosed fence**: the block runs to the end of the text; its code is everything after
-   the opening line, minus one final line ending.
+   the opening line (indentation removed as in rule 5), minus one final line ending.
 8. **Choosing**: with a preferred language (``python`` by default; ``None`` or ``""`` for
    no preference) the first block in that language wins over earlier blocks in other
    languages; when no block has it, the first block of any language. With
@@ -47,7 +48,6 @@ regular expressions), so its cost is linear in the size of the text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 BLOCK_SEPARATOR = "\n\n"
@@ -79,6 +79,7 @@ LANGUAGE_ALIASES: dict[str, str] = {
 # A language name: letters, digits and the few symbols real names use (c++, c#, objective-c).
 _LANGUAGE_NAME = re.compile(r"[a-z0-9_+#-]+")
 _MAX_FENCE_INDENT = 3
+_FENCE_LINE_STARTS = frozenset("`~ ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,20 +116,29 @@ def canonical_language(tag: str | None) -> str | None:
 
 def parse_code_blocks(text: str) -> list[CodeBlock]:
     """Every fenced block of a markdown text, in order."""
+    # Lines keep a CRLF's "\r": joining content lines with "\n" then gives back the
+    # original bytes, and the fence checks ignore a trailing "\r".
+    lines = text.split("\n")
+    ends_with_newline = lines[-1] == ""
+    if ends_with_newline:
+        lines.pop()
     blocks: list[CodeBlock] = []
     fence: _Fence | None = None
     content: list[str] = []
-    for line, ending in _lines(text):
+    for line in lines:
+        # Cheap first-character test: most lines cannot be fences at all.
+        parts = _fence_parts(line) if line[:1] in _FENCE_LINE_STARTS else None
         if fence is None:
-            fence = _opening_fence(line)
-            content = []
-        elif _closes(line, fence):
-            blocks.append(_block(fence, content, closed=True))
+            if parts is not None:
+                fence = _opening_fence(*parts)
+                content = []
+        elif parts is not None and _closes(fence, *parts):
+            blocks.append(_block(fence, content, closed=True, last_line_terminated=True))
             fence = None
         else:
-            content.append(_dedent(line, fence.indent) + ending)
+            content.append(line)
     if fence is not None:
-        blocks.append(_block(fence, content, closed=False))
+        blocks.append(_block(fence, content, closed=False, last_line_terminated=ends_with_newline))
     return blocks
 
 
@@ -161,60 +171,45 @@ def extract_code(text: str, *, language: str | None = "python", all_blocks: bool
     return code_of(text, extract_code_blocks(text, language=language), all_blocks=all_blocks)
 
 
-def _lines(text: str) -> Iterator[tuple[str, str]]:
-    """(line without its ending, the ending) for each line; the ending is "", "\\n" or "\\r\\n"."""
-    pieces = text.split("\n")
-    last = len(pieces) - 1
-    for index, piece in enumerate(pieces):
-        if index == last:
-            if piece:  # text that does not end with a newline has a last, unterminated line
-                yield piece, ""
-        elif piece.endswith("\r"):
-            yield piece[:-1], "\r\n"
-        else:
-            yield piece, "\n"
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def _opening_fence(line: str) -> _Fence | None:
-    indent = _indent(line)
-    if indent > _MAX_FENCE_INDENT:
-        return None
-    body = line[indent:]
-    if not body or body[0] not in "`~":
+def _fence_parts(line: str) -> tuple[int, str, int, str] | None:
+    """(indent, fence character, run length, rest of the line) for a line that is a fence."""
+    body = line.lstrip(" ")
+    indent = len(line) - len(body)
+    if indent > _MAX_FENCE_INDENT or not body or body[0] not in "`~":
         return None
     char = body[0]
-    length = len(body) - len(body.lstrip(char))
+    rest = body.lstrip(char)
+    length = len(body) - len(rest)
     if length < 3:
         return None
-    info = body[length:].strip(" \t\r")
+    return indent, char, length, rest
+
+
+def _opening_fence(indent: int, char: str, length: int, rest: str) -> _Fence | None:
+    info = rest.strip(" \t\r")
     if char == "`" and "`" in info:
-        return None
+        return None  # ```x``` on one line is inline code, not a fence
     return _Fence(char=char, length=length, indent=indent, info=info)
 
 
-def _closes(line: str, fence: _Fence) -> bool:
-    indent = _indent(line)
-    if indent > _MAX_FENCE_INDENT:
-        return False
-    body = line[indent:]
-    run = len(body) - len(body.lstrip(fence.char))
-    # A trailing lone "\r" is allowed too: it is what a CR-only line end leaves behind.
-    return run >= fence.length and not body[run:].strip(" \t\r")
+def _closes(fence: _Fence, indent: int, char: str, length: int, rest: str) -> bool:
+    # A trailing "\r" is allowed: it is what a CRLF line end leaves on the line.
+    return char == fence.char and length >= fence.length and not rest.strip(" \t\r")
 
 
 def _dedent(line: str, indent: int) -> str:
-    if indent == 0:
-        return line
-    return line[min(indent, _indent(line)) :]
+    return line[min(indent, len(line) - len(line.lstrip(" "))) :]
 
 
-def _block(fence: _Fence, content: list[str], *, closed: bool) -> CodeBlock:
-    code = "".join(content)
-    # The last content line's ending belongs to the closing fence (or to the end of text).
+def _block(
+    fence: _Fence, content: list[str], *, closed: bool, last_line_terminated: bool
+) -> CodeBlock:
+    if fence.indent:
+        content = [_dedent(line, fence.indent) for line in content]
+    code = "\n".join(content)
+    if last_line_terminated:
+        code += "\n"
+    # Exactly one final line end belongs to the closing fence (or ends the text).
     if code.endswith("\r\n"):
         code = code[:-2]
     elif code.endswith("\n"):

@@ -417,7 +417,7 @@ def _fits(code: str, style: dict, nl: str) -> bool:
     return not (nl == "\n" and code.endswith("\r"))
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(code=CODE, style=fence_styles(), nl=NEWLINE, before=PROSE, after=st.text(max_size=40))
 def test_round_trip_any_code_in_any_fence(
     code: str, style: dict, nl: str, before: str, after: str
@@ -430,7 +430,7 @@ def test_round_trip_any_code_in_any_fence(
         assert extract_code(text) == code
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     code=CODE, style=fence_styles(), decoy=CODE, nl=NEWLINE, before=PROSE, between=PROSE
 )
@@ -446,7 +446,7 @@ def test_round_trip_preferred_block_after_a_block_in_another_language(
     assert extract_code(text, language=language) == code
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     blocks=st.lists(st.tuples(CODE, fence_styles()), min_size=1, max_size=5),
     nl=NEWLINE,
@@ -462,7 +462,7 @@ def test_round_trip_several_blocks_in_order(
     assert extract_code(text, language=None, all_blocks=True) == "\n\n".join(codes)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(code=CODE, style=fence_styles(), nl=NEWLINE, before=PROSE)
 def test_round_trip_unclosed_fence_is_everything_after_it(
     code: str, style: dict, nl: str, before: str

@@ -48,7 +48,12 @@ def test_admission_counts_and_releases():
     assert admission.inflight == 0 and admission.held_by("a") == 0
 
 
-EVENTS = st.lists(st.binary(min_size=1, max_size=40).map(lambda b: b"data: " + b.replace(b"\n", b" ")), min_size=1, max_size=20)
+# SSE data lines hold no CR or LF (both end a line in SSE).
+EVENTS = st.lists(
+    st.binary(min_size=1, max_size=40).map(lambda b: b"data: " + b.replace(b"\n", b" ").replace(b"\r", b" ")),
+    min_size=1,
+    max_size=20,
+)
 
 
 @given(events=EVENTS, cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=10))

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from marketplace import geo
+from marketplace.categories import CATEGORIES
 from marketplace.models import (
     ADDRESS_MAX,
     CATEGORY_MAX,
@@ -41,10 +42,10 @@ PREFERENCES_MAX_BYTES = 4096
 CHAT_MESSAGE_MAX = 4000
 QUERY_MAX = 500
 PAGE_LIMIT_MAX = 100
+MAX_ID = 2**31 - 1  # ids are 32-bit integers in both databases
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
-_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_SESSION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
 Price = Annotated[StrictInt, Field(ge=0, le=PRICE_MAX)]
@@ -86,8 +87,8 @@ def _normalise_tags(tags: list[str]) -> list[str]:
 
 def _check_category(value: str) -> str:
     value = value.strip().lower()
-    if not _CATEGORY.match(value):
-        raise ValueError("category must be a lower-case slug such as 'electronics'")
+    if value not in CATEGORIES:
+        raise ValueError(f"category must be one of: {', '.join(CATEGORIES)}")
     return value
 
 
@@ -133,7 +134,7 @@ class SupplierOut(BaseModel):
 
 
 class ProductCreate(Input):
-    supplier_id: StrictInt = Field(ge=1)
+    supplier_id: StrictInt = Field(ge=1, le=MAX_ID)
     name: Name
     description: str = Field("", max_length=DESCRIPTION_MAX)
     price: Price
@@ -299,6 +300,7 @@ class SearchOut(BaseModel):
     location: Location | None
     radius_km: float | None = Field(description="the radius finally searched (null: unlimited)")
     terms: list[str]
+    sort: str | None = Field(description="null: nearest first with a location, else by relevance")
     fallback: list[str] = Field(description="relaxations applied because the strict search found nothing")
 
 
@@ -339,7 +341,7 @@ class CompareOut(BaseModel):
 
 
 class ChatRequest(Input):
-    user_id: StrictInt = Field(ge=1)
+    user_id: StrictInt = Field(ge=1, le=MAX_ID)
     message: str = Field(min_length=1, max_length=CHAT_MESSAGE_MAX)
     session_id: str | None = Field(None, min_length=1, max_length=SESSION_ID_MAX)
     location: Location | None = None
@@ -351,7 +353,7 @@ class ChatRequest(Input):
     @classmethod
     def _session_id(cls, value: str | None) -> str | None:
         if value is not None and not _SESSION_ID.match(value):
-            raise ValueError("session_id may contain only letters, digits and . _ : -")
+            raise ValueError("session_id may contain only letters, digits, '-', '_' and '.'")
         return value
 
 

@@ -9,6 +9,8 @@ Semantics
 - Order: with a location, nearest supplier first (WGS-84 geodesic distance,
   computed in the database before LIMIT/OFFSET, so page 1 holds the nearest
   matches), then score, then product id. Without a location: score, then id.
+  An explicit price sort ("murah" in a query, ``sort=price_asc``) puts price
+  first and keeps the rest as tie-breakers.
 - Distance in the database: SQLite calls ``geodesic_km`` (geographiclib,
   registered on each connection by ``marketplace.db``) on the suppliers inside
   a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
@@ -56,6 +58,7 @@ class SearchCriteria:
     limit: int = 20
     offset: int = 0
     match_all_terms: bool = True
+    sort: str | None = None  # None: nearest (or relevance); "price_asc" / "price_desc": by price first
 
 
 @dataclass
@@ -129,13 +132,13 @@ def _attempts(criteria: SearchCriteria) -> list[tuple[SearchCriteria, list[str]]
     return attempts
 
 
-def _like_pattern(term: str) -> str:
+def like_pattern(term: str) -> str:
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
 
 
 def _term_hits(term: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
-    pattern = _like_pattern(term)
+    pattern = like_pattern(term)
     return (
         func.lower(Product.name).like(pattern, escape="\\"),
         Product.tags_text.like(pattern, escape="\\"),  # already lower case
@@ -217,6 +220,10 @@ def build_query(criteria: SearchCriteria, *, dialect: str) -> Select:
         if criteria.radius_km is not None:
             where.append(nearby.c.distance <= criteria.radius_km)
         order = [nearby.c.distance, score.desc(), Product.id]
+    if criteria.sort == "price_asc":
+        order.insert(0, Product.price.asc())
+    elif criteria.sort == "price_desc":
+        order.insert(0, Product.price.desc())
     return (
         query.add_columns(func.count().over().label("total"))
         .where(*where)

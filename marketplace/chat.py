@@ -1,0 +1,263 @@
+"""/api/chat: a user's question answered by the engine from real, in-stock, nearby products.
+
+Flow (three steps, so no database connection is held while the engine thinks):
+1. ``plan_chat`` reads: the user (404; 403 when ``ai_access_enabled`` is off),
+   the conversation named by ``session_id`` if it exists (409 when it is
+   another user's), its recent turns; parses the question; searches in-stock
+   products nearest first; builds the messages (``marketplace.prompt``).
+2. the engine answers (``answer_plan``), or the request fails with the
+   engine's 502/503/504.
+3. ``record_exchange`` stores the user message and the answer together, in one
+   transaction, creating the conversation on its first exchange.
+If the engine fails, nothing is stored: no conversation, no orphan question.
+The client may simply retry with the same ``session_id``.
+
+The stored user message is the text as sent to the engine (after template
+tokens and control characters were removed); the assistant message records,
+in ``details``, which products the model was shown and what the engine said
+about the generation.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.upstream import BadGateway, UpstreamHTTPError
+from marketplace import geo, prompt
+from marketplace.errors import Conflict, Forbidden
+from marketplace.models import Conversation, Message, utcnow
+from marketplace.query import parse_query
+from marketplace.schemas import ChatRequest
+from marketplace.listing import criteria_from_parsed
+from marketplace.search import Hit, search_products
+from marketplace.users import get_user
+
+HISTORY_TOKEN_BUDGET = 1500
+HISTORY_MAX_MESSAGES = 40
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass
+class ChatPlan:
+    user_id: int
+    session_id: str
+    conversation_id: int | None  # None: the conversation starts with this exchange
+    user_message: str  # as sent to the engine
+    parsed: dict[str, Any]
+    hits: list[Hit]
+    fallback: list[str]
+    location_source: str | None
+    payload: dict[str, Any] = field(repr=False)
+
+
+@dataclass
+class ChatAnswer:
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+
+
+def new_session_id() -> str:
+    return "chat-" + secrets.token_urlsafe(16)
+
+
+def choose_location(*, parsed, request: ChatRequest, user) -> tuple[geo.Point | None, str | None]:
+    """Where to search from: a place named in the question, else the request's location, else the user's."""
+    if parsed.place is not None:
+        return parsed.place.point, "message"
+    if request.location is not None:
+        return request.location.point(), "request"
+    if user.lat is not None and user.lng is not None:
+        return geo.Point(user.lat, user.lng), "user"
+    return None, None
+
+
+async def _recent_turns(session: AsyncSession, conversation_id: int) -> list[tuple[str, str]]:
+    rows = await session.execute(
+        select(Message.role, Message.content)
+        .where(Message.conversation_id == conversation_id)
+        .order_by(Message.id.desc())
+        .limit(HISTORY_MAX_MESSAGES)
+    )
+    return [(role, content) for role, content in reversed(rows.all())]
+
+
+async def plan_chat(
+    *,
+    session_factory: async_sessionmaker[AsyncSession],
+    gazetteer,
+    request: ChatRequest,
+    model: str,
+    max_tokens: int,
+    temperature: float,
+) -> ChatPlan:
+    """Everything to send to the engine for ``request``, read in one short session."""
+    async with session_factory() as session:
+        user = await get_user(session=session, user_id=request.user_id, field="user_id")
+        if not user.ai_access_enabled:
+            raise Forbidden(f"user {user.id} has AI access disabled (ai_access_enabled is false)")
+        session_id = request.session_id or new_session_id()
+        conversation = await session.scalar(
+            select(Conversation).where(Conversation.session_id == session_id)
+        )
+        if conversation is not None and conversation.user_id != user.id:
+            raise Conflict("session_id", "belongs to another user's conversation")
+        turns = await _recent_turns(session, conversation.id) if conversation else []
+
+        parsed = parse_query(request.message, gazetteer=gazetteer)
+        location, location_source = choose_location(parsed=parsed, request=request, user=user)
+        criteria = criteria_from_parsed(
+            parsed, location=location, radius_km=None, in_stock=True, limit=prompt.MAX_PRODUCTS
+        )
+        page = await search_products(session=session, criteria=criteria)
+
+    notes = {
+        "location": parsed.place.name if location_source == "message" else location_source,
+        "radius_km": page.criteria.radius_km,
+        "fallback": page.fallback,
+    }
+    user_message = prompt.clean_user_message(request.message)
+    messages = prompt.build_messages(
+        system=prompt.system_message(hits=page.hits, notes=notes),
+        history=prompt.history_within_budget(turns, budget_tokens=HISTORY_TOKEN_BUDGET),
+        user_message=user_message,
+    )
+    return ChatPlan(
+        user_id=user.id,
+        session_id=session_id,
+        conversation_id=conversation.id if conversation else None,
+        user_message=user_message,
+        parsed=parsed.as_dict(),
+        hits=page.hits,
+        fallback=page.fallback,
+        location_source=location_source,
+        payload={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature},
+    )
+
+
+async def answer_plan(*, upstream, plan: ChatPlan, request_id: str | None) -> ChatAnswer:
+    """The engine's answer to ``plan`` (502/503/504 gateway errors when it cannot give one)."""
+    try:
+        response = await upstream.post_json(CHAT_PATH, plan.payload, request_id=request_id)
+    except UpstreamHTTPError as exc:
+        # The gateway built this request: an engine 4xx is the gateway's problem, not the client's.
+        raise BadGateway(f"the inference engine refused the chat request: {exc.message}") from exc
+    try:
+        choice = response["choices"][0]
+        text = choice["message"].get("content") or ""
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise BadGateway("the inference engine sent a chat completion without a message") from exc
+    return ChatAnswer(text=text, finish_reason=choice.get("finish_reason"), usage=response.get("usage"))
+
+
+async def record_exchange(
+    *, session_factory: async_sessionmaker[AsyncSession], plan: ChatPlan, answer: ChatAnswer
+) -> int:
+    """Store the question and the answer atomically; returns the conversation id."""
+    return await _in_transaction(session_factory, lambda session: _store(session, plan, answer))
+
+
+async def _conversation_for(session: AsyncSession, plan: ChatPlan) -> Conversation:
+    conversation = await session.scalar(
+        select(Conversation).where(Conversation.session_id == plan.session_id)
+    )
+    if conversation is None:
+        conversation = Conversation(user_id=plan.user_id, session_id=plan.session_id, created_at=utcnow())
+        session.add(conversation)
+        await session.flush()  # IntegrityError here if another request created it first
+    elif conversation.user_id != plan.user_id:
+        raise Conflict("session_id", "belongs to another user's conversation")
+    return conversation
+
+
+async def open_conversation(*, session_factory: async_sessionmaker[AsyncSession], plan: ChatPlan) -> int:
+    """The id of ``plan``'s conversation, created now if it does not exist yet (streamed chats)."""
+    return await _in_transaction(session_factory, lambda session: _conversation_id(session, plan))
+
+
+async def _conversation_id(session: AsyncSession, plan: ChatPlan) -> int:
+    return (await _conversation_for(session, plan)).id
+
+
+async def _in_transaction(session_factory, work) -> int:
+    """Run ``work(session)`` and commit; once more if a concurrent insert of the conversation won."""
+    for attempt in range(2):
+        async with session_factory() as session:
+            try:
+                result = await work(session)
+                await session.commit()
+                return result
+            except IntegrityError:
+                await session.rollback()
+                if attempt:
+                    raise
+    raise AssertionError("unreachable")
+
+
+async def _store(session: AsyncSession, plan: ChatPlan, answer: ChatAnswer) -> int:
+    conversation = await _conversation_for(session, plan)
+    now = utcnow()
+    session.add_all(
+        [
+            Message(
+                conversation_id=conversation.id,
+                role="user",
+                content=plan.user_message,
+                timestamp=now,
+                details={"parsed": plan.parsed, "location_source": plan.location_source},
+            ),
+            Message(
+                conversation_id=conversation.id,
+                role="assistant",
+                content=answer.text,
+                timestamp=now,
+                details={
+                    "product_ids": [hit.product.id for hit in plan.hits],
+                    "fallback": plan.fallback,
+                    "model": plan.payload["model"],
+                    "finish_reason": answer.finish_reason,
+                    "usage": answer.usage,
+                },
+            ),
+        ]
+    )
+    await session.flush()
+    return conversation.id
+
+
+@dataclass
+class ChatOutcome:
+    plan: ChatPlan
+    answer: ChatAnswer
+    conversation_id: int
+
+
+async def chat(
+    *,
+    session_factory: async_sessionmaker[AsyncSession],
+    upstream,
+    gazetteer,
+    request: ChatRequest,
+    model: str,
+    max_tokens: int,
+    temperature: float,
+    request_id: str | None = None,
+) -> ChatOutcome:
+    """Answer one chat message (non-streamed) and store the exchange."""
+    plan = await plan_chat(
+        session_factory=session_factory,
+        gazetteer=gazetteer,
+        request=request,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+    answer = await answer_plan(upstream=upstream, plan=plan, request_id=request_id)
+    conversation_id = await record_exchange(session_factory=session_factory, plan=plan, answer=answer)
+    return ChatOutcome(plan=plan, answer=answer, conversation_id=conversation_id)

@@ -1,0 +1,227 @@
+"""Search results as API answers: keyword search, AI search and multi-supplier comparison."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import and_, func, literal, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from marketplace import geo
+from marketplace.errors import invalid_field
+from marketplace.models import Product, Supplier
+from marketplace.query import parse_query
+from marketplace.schemas import (
+    AISearchOut,
+    AISearchRequest,
+    CompareOut,
+    Delivery,
+    Location,
+    Offer,
+    ProductOut,
+    SearchHit,
+    SearchOut,
+    SupplierSummary,
+)
+from marketplace.search import (
+    Hit,
+    SearchCriteria,
+    SearchPage,
+    hits_for,
+    like_pattern,
+    nearby_suppliers,
+    normalise_terms,
+    search_products,
+)
+
+# A place named in a natural-language query means "around there".
+NEARBY_RADIUS_KM = 50.0
+PRICE_SORTS = ("price_asc", "price_desc")
+
+
+def supplier_summary(supplier: Supplier) -> SupplierSummary:
+    return SupplierSummary(
+        id=supplier.id,
+        name=supplier.name,
+        business_name=supplier.business_name,
+        location=Location(lat=supplier.lat, lng=supplier.lng),
+        address=supplier.address,
+    )
+
+
+def hit_out(hit: Hit) -> SearchHit:
+    return SearchHit(
+        product=ProductOut.of(hit.product),
+        supplier=supplier_summary(hit.supplier),
+        distance_km=None if hit.distance_km is None else round(hit.distance_km, 3),
+        delivery=None if hit.delivery is None else Delivery(**hit.delivery.as_dict()),
+        score=hit.score,
+    )
+
+
+def location_param(value: str | None, *, field: str = "location") -> geo.Point | None:
+    """A ``lat,lng`` query parameter as a point; 422 naming the parameter when malformed."""
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return geo.parse_location(value)
+    except ValueError as exc:
+        raise invalid_field("query", field, str(exc)) from exc
+
+
+def search_criteria_from_query(
+    *,
+    q: str,
+    location: str | None,
+    radius_km: float | None,
+    min_price: int | None,
+    max_price: int | None,
+    category: str | None,
+    in_stock: bool,
+    limit: int,
+    offset: int,
+    sort: str | None = None,
+) -> SearchCriteria:
+    """The criteria of GET /api/products/search (its words are searched as they are)."""
+    point = location_param(location)
+    if radius_km is not None and point is None:
+        raise invalid_field("query", "radius_km", "radius_km needs a location (lat,lng)")
+    if min_price is not None and max_price is not None and min_price > max_price:
+        raise invalid_field("query", "max_price", "max_price must be at least min_price")
+    return SearchCriteria(
+        terms=normalise_terms(q.split()),
+        min_price=min_price,
+        max_price=max_price,
+        category=(category or "").strip().lower() or None,
+        location=point,
+        radius_km=radius_km,
+        in_stock=in_stock,
+        limit=limit,
+        offset=offset,
+        sort=sort if sort in PRICE_SORTS else None,
+    )
+
+
+def criteria_from_parsed(
+    parsed, *, location: geo.Point | None, radius_km: float | None, in_stock: bool, limit: int, offset: int = 0
+) -> SearchCriteria:
+    """The search a parsed natural-language query asks for (AI search and chat)."""
+    return SearchCriteria(
+        terms=normalise_terms([*parsed.terms, *parsed.tags]),
+        min_price=parsed.min_price,
+        max_price=parsed.max_price,
+        category=parsed.category,
+        location=location,
+        radius_km=(radius_km or NEARBY_RADIUS_KM) if location is not None else None,
+        in_stock=in_stock,
+        limit=limit,
+        offset=offset,
+        sort=parsed.sort if parsed.sort in PRICE_SORTS else None,  # "nearest" is the default anyway
+    )
+
+
+def search_out(page: SearchPage) -> dict:
+    criteria = page.criteria
+    location = criteria.location
+    return dict(
+        results=[hit_out(hit) for hit in page.hits],
+        total=page.total,
+        limit=criteria.limit,
+        offset=criteria.offset,
+        location=None if location is None else Location(lat=location.lat, lng=location.lng),
+        radius_km=criteria.radius_km,
+        terms=list(criteria.terms),
+        sort=criteria.sort,
+        fallback=page.fallback,
+    )
+
+
+async def run_search(*, session: AsyncSession, criteria: SearchCriteria, fallback: bool) -> SearchOut:
+    """GET /api/products/search."""
+    page = await search_products(session=session, criteria=criteria, fallback=fallback)
+    return SearchOut(**search_out(page))
+
+
+async def run_ai_search(*, session: AsyncSession, gazetteer, body: AISearchRequest) -> AISearchOut:
+    """POST /api/products/ai-search: parse, then the same search; a place in the query wins over ``location``."""
+    parsed = parse_query(body.query, gazetteer=gazetteer)
+    if parsed.place is not None:
+        location = parsed.place.point
+    else:
+        location = body.location.point() if body.location else None
+    criteria = criteria_from_parsed(
+        parsed, location=location, radius_km=body.radius_km, in_stock=body.in_stock,
+        limit=body.limit, offset=body.offset,
+    )
+    page = await search_products(session=session, criteria=criteria)
+    return AISearchOut(query=body.query, parsed=parsed.as_dict(), **search_out(page))
+
+
+async def compare_offers(
+    *,
+    session: AsyncSession,
+    name: str,
+    location: str | None,
+    in_stock: bool,
+    limit: int,
+    sort: Literal["price", "distance"] = "price",
+) -> CompareOut:
+    """Each supplier's cheapest product whose name contains every word of ``name``."""
+    words = normalise_terms(name.split())
+    if not words:
+        raise invalid_field("query", "name", "name needs at least one word of two or more characters")
+    point = location_param(location)
+    if sort == "distance" and point is None:
+        raise invalid_field("query", "sort", "sort=distance needs a location (lat,lng)")
+    conditions = [Supplier.active.is_(True)]
+    conditions += [func.lower(Product.name).like(like_pattern(w), escape="\\") for w in words]
+    if in_stock:
+        conditions.append(Product.stock_quantity > 0)
+    cheapest_per_supplier = (
+        select(
+            Product.id.label("product_id"),
+            func.row_number()
+            .over(partition_by=Product.supplier_id, order_by=(Product.price, Product.id))
+            .label("rank"),
+        )
+        .join(Supplier, Supplier.id == Product.supplier_id)
+        .where(and_(*conditions))
+        .subquery()
+    )
+    query = (
+        select(Product, Supplier)
+        .join(cheapest_per_supplier, cheapest_per_supplier.c.product_id == Product.id)
+        .join(Supplier, Supplier.id == Product.supplier_id)
+        .where(cheapest_per_supplier.c.rank == 1)
+        .limit(limit)
+    )
+    if sort == "distance":
+        nearby = nearby_suppliers(dialect=session.bind.dialect.name, center=point, radius_km=None)
+        query = query.join(nearby, nearby.c.supplier_id == Product.supplier_id)
+        query = query.order_by(nearby.c.distance, Product.price, Product.id)
+    else:
+        query = query.order_by(Product.price, Product.id)
+    rows = (await session.execute(query.add_columns(literal(0).label("score")))).all()
+    hits = hits_for(rows, point)
+    offers = [
+        Offer(
+            product=ProductOut.of(h.product),
+            supplier=supplier_summary(h.supplier),
+            distance_km=None if h.distance_km is None else round(h.distance_km, 3),
+            delivery=None if h.delivery is None else Delivery(**h.delivery.as_dict()),
+        )
+        for h in hits
+    ]
+    with_distance = [h for h in hits if h.distance_km is not None]
+    return CompareOut(
+        name=name,
+        location=None if point is None else Location(lat=point.lat, lng=point.lng),
+        offers=offers,
+        cheapest_product_id=min(hits, key=lambda h: (h.product.price, h.product.id)).product.id if hits else None,
+        nearest_product_id=min(with_distance, key=lambda h: (h.distance_km, h.product.price)).product.id
+        if with_distance
+        else None,
+        min_price=min((h.product.price for h in hits), default=None),
+        max_price=max((h.product.price for h in hits), default=None),
+    )
+

@@ -1,0 +1,196 @@
+"""The marketplace HTTP API: parse input, call one service, shape the answer.
+
+Auth: the gateway middleware authenticates every request. Reads need any API
+key (``PrincipalDep``); creating or changing suppliers, products and users
+needs a key with write rights (``WriterDep``, an ``ADMIN_API_KEYS`` entry).
+API keys identify client applications, not marketplace users, so any key may
+read any user and any conversation, and chat on behalf of any user id.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response, status
+
+from gateway.auth import PrincipalDep, WriterDep
+from marketplace import catalog, chat, conversations, users
+from marketplace.lifecycle import MarketplaceDep, SessionDep
+from marketplace.listing import (
+    compare_offers,
+    hit_out,
+    run_ai_search,
+    run_search,
+    search_criteria_from_query,
+)
+from marketplace.schemas import (
+    MAX_ID,
+    PAGE_LIMIT_MAX,
+    PRICE_MAX,
+    QUERY_MAX,
+    AISearchOut,
+    AISearchRequest,
+    ChatOut,
+    ChatRequest,
+    CompareOut,
+    ConversationOut,
+    MessageOut,
+    ProductCreate,
+    ProductOut,
+    ProductPage,
+    ProductUpdate,
+    SearchOut,
+    SupplierCreate,
+    SupplierOut,
+    UserCreate,
+    UserOut,
+)
+from marketplace.streaming import stream_chat
+
+router = APIRouter(prefix="/api", tags=["marketplace"])
+
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+
+
+# --- suppliers and products ------------------------------------------------------------
+
+
+@router.post("/suppliers/register", status_code=status.HTTP_201_CREATED)
+async def register_supplier(body: SupplierCreate, _: WriterDep, session: SessionDep) -> SupplierOut:
+    return SupplierOut.of(await catalog.register_supplier(session=session, data=body))
+
+
+@router.get("/suppliers/{supplier_id}")
+async def get_supplier(supplier_id: Id, _: PrincipalDep, session: SessionDep) -> SupplierOut:
+    return SupplierOut.of(await catalog.get_supplier(session=session, supplier_id=supplier_id))
+
+
+@router.get("/suppliers/{supplier_id}/products")
+async def list_supplier_products(
+    supplier_id: Id, _: PrincipalDep, session: SessionDep, limit: Limit = 50, offset: Offset = 0
+) -> ProductPage:
+    total, products = await catalog.list_supplier_products(
+        session=session, supplier_id=supplier_id, limit=limit, offset=offset
+    )
+    return ProductPage(
+        supplier_id=supplier_id, total=total, limit=limit, offset=offset,
+        products=[ProductOut.of(p) for p in products],
+    )
+
+
+@router.post("/products", status_code=status.HTTP_201_CREATED)
+async def create_product(body: ProductCreate, _: WriterDep, session: SessionDep) -> ProductOut:
+    return ProductOut.of(await catalog.create_product(session=session, data=body))
+
+
+@router.get("/products/search")
+async def search_products(
+    _: PrincipalDep,
+    session: SessionDep,
+    q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
+    location: Annotated[str | None, Query(max_length=100, description="lat,lng")] = None,
+    radius_km: Annotated[float | None, Query(gt=0, le=20_000)] = None,
+    min_price: Annotated[int | None, Query(ge=0, le=PRICE_MAX)] = None,
+    max_price: Annotated[int | None, Query(ge=0, le=PRICE_MAX)] = None,
+    category: Annotated[str | None, Query(max_length=64)] = None,
+    in_stock: bool = False,
+    limit: Limit = 20,
+    offset: Offset = 0,
+    sort: Literal["nearest", "price_asc", "price_desc"] = "nearest",
+    fallback: bool = True,
+) -> SearchOut:
+    """Keyword search; nearest first when ``location`` is given. ``fallback=false`` disables relaxing."""
+    criteria = search_criteria_from_query(
+        q=q, location=location, radius_km=radius_km, min_price=min_price, max_price=max_price,
+        category=category, in_stock=in_stock, limit=limit, offset=offset, sort=sort,
+    )
+    return await run_search(session=session, criteria=criteria, fallback=fallback)
+
+
+@router.post("/products/ai-search")
+async def ai_search(body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep) -> AISearchOut:
+    """Natural-language search: the query is parsed into filters, then searched like /search."""
+    return await run_ai_search(session=session, gazetteer=mp.gazetteer, body=body)
+
+
+@router.get("/products/compare")
+async def compare(
+    _: PrincipalDep,
+    session: SessionDep,
+    name: Annotated[str, Query(min_length=1, max_length=200)],
+    location: Annotated[str | None, Query(max_length=100, description="lat,lng")] = None,
+    in_stock: bool = True,
+    sort: Literal["price", "distance"] = "price",
+    limit: Limit = 20,
+) -> CompareOut:
+    """Each supplier's cheapest offer for a product name: cheapest first, or nearest first."""
+    return await compare_offers(
+        session=session, name=name, location=location, in_stock=in_stock, limit=limit, sort=sort
+    )
+
+
+@router.get("/products/{product_id}")
+async def get_product(product_id: Id, _: PrincipalDep, session: SessionDep) -> ProductOut:
+    return ProductOut.of(await catalog.get_product(session=session, product_id=product_id))
+
+
+@router.put("/products/{product_id}")
+async def update_product(product_id: Id, body: ProductUpdate, _: WriterDep, session: SessionDep) -> ProductOut:
+    return ProductOut.of(await catalog.update_product(session=session, product_id=product_id, changes=body))
+
+
+# --- users, chat, conversations -----------------------------------------------------------
+
+
+@router.post("/users", status_code=status.HTTP_201_CREATED)
+async def create_user(body: UserCreate, _: WriterDep, session: SessionDep) -> UserOut:
+    return UserOut.of(await users.create_user(session=session, data=body))
+
+
+@router.get("/users/{user_id}")
+async def get_user(user_id: Id, _: PrincipalDep, session: SessionDep) -> UserOut:
+    return UserOut.of(await users.get_user(session=session, user_id=user_id))
+
+
+@router.post("/chat", response_model=ChatOut)
+async def chat_message(body: ChatRequest, principal: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
+    """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
+    state = request.app.state
+    options = dict(
+        session_factory=mp.sessions,
+        gazetteer=mp.gazetteer,
+        request=body,
+        model=state.engine.default_model,
+        max_tokens=state.settings.default_max_tokens,
+        temperature=state.settings.default_temperature,
+    )
+    if body.stream:
+        return await stream_chat(http_request=request, principal=principal, **options)
+    outcome = await chat.chat(upstream=state.upstream, request_id=request.scope["state"].get("request_id"), **options)
+    return ChatOut(
+        answer=outcome.answer.text,
+        products=[hit_out(hit) for hit in outcome.plan.hits],
+        conversation_id=outcome.conversation_id,
+        session_id=outcome.plan.session_id,
+        parsed=outcome.plan.parsed,
+        fallback=outcome.plan.fallback,
+        finish_reason=outcome.answer.finish_reason,
+        usage=outcome.answer.usage,
+    )
+
+
+@router.get("/conversations/{conversation_id}")
+async def get_conversation(conversation_id: Id, _: PrincipalDep, session: SessionDep) -> ConversationOut:
+    conversation = await conversations.get_conversation(session=session, conversation_id=conversation_id)
+    return ConversationOut(
+        id=conversation.id,
+        user_id=conversation.user_id,
+        session_id=conversation.session_id,
+        created_at=conversation.created_at,
+        messages=[
+            MessageOut(id=m.id, role=m.role, content=m.content, timestamp=m.timestamp, details=m.details)
+            for m in conversation.messages
+        ],
+    )

@@ -1,0 +1,21 @@
+# The two commands of the README, plus the setup steps they share.
+.PHONY: run test setup lint help
+
+help:
+	@echo "make run    start the vLLM engine and the gateway (Ctrl-C stops both)"
+	@echo "make test   install what the tests need, run unit then integration tests"
+	@echo "make setup  create both environments and build the embedded model"
+	@echo "make lint   shellcheck the shell scripts"
+
+run:
+	./run.sh
+
+test:
+	scripts/test.sh
+
+setup:
+	scripts/setup_gateway_env.sh
+	./launch_vllm.sh --install-only
+
+lint:
+	shellcheck launch_vllm.sh run.sh scripts/*.sh .ci/run

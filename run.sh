@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# run.sh (`make run`): the whole stack on this machine. Creates both environments, builds the
+# embedded model if needed, starts the vLLM engine (launch_vllm.sh) and the gateway, prints how
+# to call it. Ctrl-C stops both.
+#
+#   GATEWAY_HOST / GATEWAY_PORT  where the gateway listens [127.0.0.1 / 8000]
+#   VLLM_HOST / VLLM_PORT        where the engine listens [127.0.0.1 / 8001]
+#   VLLM_BASE_URL                use an engine that already runs there instead of starting one
+#   VLLM_API_KEY                 engine <-> gateway secret [random per run]
+#   DATABASE_URL                 [sqlite+aiosqlite:///<repo>/data/stack.db]
+#   SEED_DEMO_DATA               [true]
+#   Everything launch_vllm.sh reads (MODEL, MAX_MODEL_LEN, ...) and the gateway reads
+#   (API_KEYS, SESSION_STORE, ...) passes through.
+set -euo pipefail
+
+ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+GATEWAY_VENV="${GATEWAY_VENV:-$ROOT/.venvs/gateway}"
+GATEWAY_HOST="${GATEWAY_HOST:-127.0.0.1}"
+GATEWAY_PORT="${GATEWAY_PORT:-8000}"
+export VLLM_HOST="${VLLM_HOST:-127.0.0.1}"
+export VLLM_PORT="${VLLM_PORT:-8001}"
+DATA_DIR="$ROOT/data"
+LOG_DIR="$DATA_DIR/logs"
+GATEWAY_START_TIMEOUT=60
+
+log() { printf '[run] %s\n' "$*" >&2; }
+die() { printf 'run.sh: error: %s\n' "$*" >&2; exit 1; }
+
+scripts/setup_gateway_env.sh
+VPY="$GATEWAY_VENV/bin/python"
+
+port_problem() {
+    "$VPY" - "$1" "$2" <<'EOF'
+import socket, sys
+try:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        sys.argv[1], int(sys.argv[2]), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(address)
+except OSError as exc:
+    print(exc.strerror or exc)
+EOF
+}
+problem="$(port_problem "$GATEWAY_HOST" "$GATEWAY_PORT")"
+[[ -z "$problem" ]] || die "gateway port $GATEWAY_PORT on $GATEWAY_HOST: $problem (set GATEWAY_PORT)"
+
+mkdir -p "$LOG_DIR"
+LAUNCHER_PID=""
+GATEWAY_PID=""
+
+alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
+
+# Gateway first (it drains its streams), then the engine; wait for both.
+# shellcheck disable=SC2317  # runs from traps
+stop_all() {
+    trap - INT TERM
+    if alive "$GATEWAY_PID"; then
+        log "stopping the gateway"
+        kill -TERM "$GATEWAY_PID" 2>/dev/null || true
+        wait "$GATEWAY_PID" 2>/dev/null || true
+    fi
+    if alive "$LAUNCHER_PID"; then
+        log "stopping the engine"
+        kill -TERM "$LAUNCHER_PID" 2>/dev/null || true
+        wait "$LAUNCHER_PID" 2>/dev/null || true
+    fi
+}
+# shellcheck disable=SC2317
+on_signal() { stop_all; log "stopped"; exit 0; }
+trap stop_all EXIT
+trap on_signal INT TERM
+
+pause() { sleep "$1" & wait $! || true; }
+
+http_ok() { curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
+
+if [[ -n "${VLLM_BASE_URL:-}" ]]; then
+    VLLM_BASE_URL="${VLLM_BASE_URL%/}"
+    log "using the engine at $VLLM_BASE_URL (VLLM_BASE_URL is set)"
+    http_ok "$VLLM_BASE_URL/health" || die "no engine answers at $VLLM_BASE_URL/health"
+else
+    ./launch_vllm.sh --install-only
+    if [[ -z "${VLLM_API_KEY:-}" ]]; then
+        VLLM_API_KEY="$("$VPY" -c 'import secrets; print(secrets.token_urlsafe(24))')"
+    fi
+    export VLLM_API_KEY
+    case "$VLLM_HOST" in 0.0.0.0 | "") probe_host=127.0.0.1 ;; *) probe_host="$VLLM_HOST" ;; esac
+    VLLM_BASE_URL="http://$probe_host:$VLLM_PORT"
+    ENGINE_LOG="$LOG_DIR/engine.log" ENGINE_LOG_TO_STDOUT=false ./launch_vllm.sh &
+    LAUNCHER_PID=$!
+    until http_ok "$VLLM_BASE_URL/health"; do
+        if ! alive "$LAUNCHER_PID"; then
+            code=0
+            wait "$LAUNCHER_PID" || code=$?
+            LAUNCHER_PID=""
+            exit "$((code == 0 ? 1 : code))"  # launch_vllm.sh has printed the reason
+        fi
+        pause 0.5
+    done
+fi
+
+export VLLM_BASE_URL
+export DATABASE_URL="${DATABASE_URL:-sqlite+aiosqlite:///$DATA_DIR/stack.db}"
+export SEED_DEMO_DATA="${SEED_DEMO_DATA:-true}"
+log "starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT (database: $DATABASE_URL)"
+HOST="$GATEWAY_HOST" PORT="$GATEWAY_PORT" "$GATEWAY_VENV/bin/stack-gateway" &
+GATEWAY_PID=$!
+
+case "$GATEWAY_HOST" in 0.0.0.0 | "") gateway_probe=127.0.0.1 ;; *) gateway_probe="$GATEWAY_HOST" ;; esac
+GATEWAY_URL="http://$gateway_probe:$GATEWAY_PORT"
+deadline=$((SECONDS + GATEWAY_START_TIMEOUT))
+until http_ok "$GATEWAY_URL/readyz"; do
+    alive "$GATEWAY_PID" || die "the gateway exited during start-up (its log is above)"
+    ((SECONDS < deadline)) || die "the gateway did not report ready within ${GATEWAY_START_TIMEOUT}s ($GATEWAY_URL/readyz)"
+    pause 0.5
+done
+
+model="$(curl -fsS --max-time 5 "$GATEWAY_URL/health" \
+    | "$VPY" -c 'import json, sys; print(json.load(sys.stdin)["model_path"])')"
+auth=""
+if [[ -n "${API_KEYS:-}${ADMIN_API_KEYS:-}" ]]; then auth=" -H 'Authorization: Bearer <one of API_KEYS>'"; fi
+request="{\"model\": \"$model\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 32}"
+
+cat >&2 <<EOF
+
+  The stack is up.
+    gateway  $GATEWAY_URL      (OpenAI API at $GATEWAY_URL/v1)
+    engine   $VLLM_BASE_URL      model: $model${LAUNCHER_PID:+ (log: $LOG_DIR/engine.log)}
+    database $DATABASE_URL
+
+  Try:
+    curl $GATEWAY_URL/health$auth
+    curl $GATEWAY_URL/v1/chat/completions$auth -H 'Content-Type: application/json' \\
+      -d '$request'
+
+  Ctrl-C stops both.
+
+EOF
+if [[ "$model" == qwen3-embedded ]]; then
+    log "note: the embedded model has random weights, so its answers are gibberish (it exercises the serving path)"
+fi
+
+code=0
+wait -n ${LAUNCHER_PID:+"$LAUNCHER_PID"} "$GATEWAY_PID" || code=$?
+if ! alive "$GATEWAY_PID"; then
+    die "the gateway stopped (exit code $code); stopping the engine"
+fi
+die "the engine stopped (exit code $code); stopping the gateway"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The test command (`make test`; CI runs it through .ci/run): install what the tests need, then
+# run the unit tier and the integration tier (real vLLM engine on the embedded model, real
+# PostgreSQL; the test fixtures start both). Fails when any test fails or a tier runs no test.
+#
+#   PYTEST_ARGS  extra pytest arguments for both tiers, e.g. "-x -k health" []
+set -euo pipefail
+
+ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GATEWAY_VENV="${GATEWAY_VENV:-$ROOT/.venvs/gateway}"
+RESULTS="$ROOT/.cache/test-results"
+read -r -a EXTRA_PYTEST_ARGS <<<"${PYTEST_ARGS:-}"
+
+TIMINGS=()
+OVERALL=0
+SUITE_START="$EPOCHREALTIME"
+
+seconds_since() { awk -v start="$1" -v now="$EPOCHREALTIME" 'BEGIN { printf "%.1f", now - start }'; }
+
+# stage NAME COMMAND...: run one stage, print and record its wall-clock time and status.
+stage() {
+    local name="$1" start="$EPOCHREALTIME" status=0
+    shift
+    printf '\n==> %s\n' "$name" >&2
+    "$@" || status=$?
+    local took
+    took="$(seconds_since "$start")"
+    TIMINGS+=("$(printf '%-32s %8ss  %s' "$name" "$took" "$(describe "$status")")")
+    printf '<== %s: %ss, %s\n' "$name" "$took" "$(describe "$status")" >&2
+    return "$status"
+}
+
+describe() {
+    case "$1" in
+        0) printf 'ok' ;;
+        5) printf 'FAILED (exit 5: no test ran)' ;;
+        *) printf 'FAILED (exit %s)' "$1" ;;
+    esac
+}
+
+# shellcheck disable=SC2317  # called through stage
+pytest_tier() {
+    local tier="$1" marker="$2"
+    "$GATEWAY_VENV/bin/python" -m pytest -m "$marker" --junitxml="$RESULTS/$tier.xml" \
+        "${EXTRA_PYTEST_ARGS[@]}"
+}
+
+# One closing line over both tiers, from their JUnit reports.
+totals() {
+    "$GATEWAY_VENV/bin/python" - "$RESULTS"/unit.xml "$RESULTS"/integration.xml <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for path in map(Path, sys.argv[1:]):
+    if not path.exists():
+        continue
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+failed = counts["failures"] + counts["errors"]
+passed = counts["tests"] - failed - counts["skipped"]
+line = f"tests: {passed} passed, {failed} failed"
+print(line + (f", {counts['skipped']} skipped" if counts["skipped"] else ""))
+PY
+}
+
+summary() {
+    printf '\n== wall-clock per stage ==\n'
+    printf '%s\n' "${TIMINGS[@]}"
+    printf '%-32s %8ss\n' "total" "$(seconds_since "$SUITE_START")"
+    if [[ -x "$GATEWAY_VENV/bin/python" ]]; then totals; fi
+}
+
+mkdir -p "$RESULTS"
+rm -f "$RESULTS"/unit.xml "$RESULTS"/integration.xml
+
+if ! stage "setup: gateway environment" scripts/setup_gateway_env.sh \
+    || ! stage "setup: engine + embedded model" ./launch_vllm.sh --install-only \
+    || ! stage "setup: PostgreSQL" scripts/install_postgres.sh; then
+    summary
+    printf 'setup failed: no test ran\n' >&2
+    exit 1
+fi
+
+stage "unit tests" pytest_tier unit "not integration" || OVERALL=1
+stage "integration tests" pytest_tier integration "integration" || OVERALL=1
+
+summary
+exit "$OVERALL"

@@ -1,0 +1,37 @@
+"""Test infrastructure shared by every tier; feature fixtures live in conftest files below.
+
+Fixtures that start real services (tests/fixtures/): ``vllm_engine`` / ``idle_vllm_engine``
+(a real vLLM engine), ``postgres_server`` / ``postgres_dsn`` / ``postgres_database_url`` (a real
+PostgreSQL), and ``tests.fixtures.servers.run_uvicorn`` (the app under real uvicorn).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = [
+    "tests.fixtures.servers",  # first: the other two import it
+    "tests.fixtures.engine",
+    "tests.fixtures.postgres",
+]
+
+# A test that uses one of these fixtures needs a real service, so it belongs to the
+# integration tier whatever its markers say: `pytest -m "not integration"` stays fast.
+SERVICE_FIXTURES = {
+    "vllm_engine": "engine",
+    "idle_vllm_engine": "engine",
+    "postgres_server": "postgres",
+    "postgres_dsn": "postgres",
+    "postgres_database_url": "postgres",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        services = {SERVICE_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVICE_FIXTURES}
+        if services and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+        for service in services:
+            if item.get_closest_marker(service) is None:
+                item.add_marker(getattr(pytest.mark, service))

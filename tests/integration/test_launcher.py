@@ -1,0 +1,76 @@
+"""launch_vllm.sh refuses to start, quickly and with a one-line reason, when it cannot work.
+
+The happy path (start, health, serve, stop on SIGTERM) is what the session's
+``vllm_engine`` fixture does through the same script; test_engine_fixture.py checks it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.servers import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "launch_vllm.sh"
+QUICK = 30.0  # seconds: a refusal must not cost a model load
+
+
+def launch(tmp_path: Path, *args: str, timeout: float = 300, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    overrides = {"VLLM_HOST": "127.0.0.1", "VLLM_PORT": str(free_port()), "ENGINE_LOG_TO_STDOUT": "false",
+                 "ENGINE_LOG": str(tmp_path / "vllm.log"), "VLLM_API_KEY": ""}
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(LAUNCHER), *args], env=os.environ | overrides | env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - started
+
+
+def reasons(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("launch_vllm.sh: error:")]
+
+
+def test_missing_model_path_is_refused_before_starting(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    done, took = launch(tmp_path, MODEL=str(missing))
+    assert done.returncode != 0
+    assert reasons(done) == [f"launch_vllm.sh: error: model path not found: {missing}"]
+    assert "starting vLLM" not in done.stderr
+    assert took < QUICK
+
+
+def test_directory_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    done, took = launch(tmp_path, MODEL=str(empty))
+    assert done.returncode != 0
+    assert reasons(done) == [f"launch_vllm.sh: error: not a model directory (no config.json): {empty}"]
+    assert took < QUICK
+
+
+def test_port_in_use_is_refused_before_loading_the_model(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        done, took = launch(tmp_path, MODEL="embedded", VLLM_PORT=str(port))
+    assert done.returncode != 0
+    [reason] = reasons(done)
+    assert f"port {port} on 127.0.0.1 is already in use" in reason
+    assert "starting vLLM" not in done.stderr
+    assert took < QUICK
+
+
+def test_engine_that_dies_during_start_up_is_reported_with_its_own_reason(tmp_path: Path) -> None:
+    # vLLM itself rejects the flag after importing: the launcher must notice the exit,
+    # not wait for its start-up deadline, and say why in one line.
+    done, took = launch(tmp_path, "--no-such-flag", MODEL="embedded", ENGINE_START_TIMEOUT="250")
+    assert done.returncode != 0
+    [reason] = reasons(done)
+    assert "unrecognized arguments: --no-such-flag" in reason
+    assert took < 200

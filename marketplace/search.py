@@ -108,22 +108,18 @@ def _attempts(criteria: SearchCriteria) -> list[tuple[SearchCriteria, list[str]]
 
     1. every term, within the radius;
     2. any one term, within the radius (when there are several terms);
-    3. the same terms with no distance limit, still nearest first (a relevant
-       product farther away beats an irrelevant one nearby);
-    4. no terms (filters kept), within the radius;
-    5. no terms and no distance limit.
+    3. every term, then any term, with no distance limit, still nearest first
+       (a relevant product farther away beats an irrelevant one nearby);
+    4. no terms (filters kept), within the radius, then with no limit.
     Steps that would repeat an earlier search are skipped.
     """
-    attempts: list[tuple[SearchCriteria, list[str]]] = [(criteria, [])]
     text_steps: list[tuple[SearchCriteria, list[str]]] = [(criteria, [])]
     if len(criteria.terms) > 1:
-        any_term = replace(criteria, match_all_terms=False)
-        attempts.append((any_term, [ANY_TERM]))
-        text_steps.append((any_term, [ANY_TERM]))
+        text_steps.append((replace(criteria, match_all_terms=False), [ANY_TERM]))
+    attempts = list(text_steps)
     widen = criteria.location is not None and criteria.radius_km is not None
     if widen:
-        last, notes = text_steps[-1]
-        attempts.append((replace(last, radius_km=None), [*notes, WIDENED_RADIUS]))
+        attempts += [(replace(step, radius_km=None), [*notes, WIDENED_RADIUS]) for step, notes in text_steps]
     if criteria.terms:
         no_terms = replace(criteria, terms=())
         attempts.append((no_terms, [DROPPED_TERMS]))

@@ -191,8 +191,12 @@ def test_a_client_that_leaves_aborts_the_generation_in_the_engine(api_url, vllm_
     with socket.create_connection((address.hostname, address.port)) as client:
         client.sendall(b"POST /generate HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        wait_for(lambda: vllm_engine.metrics().get("vllm:num_requests_running", 0) >= 1, timeout=60,
-                 what="the generation to run in the engine")
+        try:
+            wait_for(lambda: vllm_engine.metrics().get("vllm:num_requests_running", 0) >= 1, timeout=60,
+                     what="the generation to run in the engine")
+        except AssertionError as exc:  # say what the gateway answered instead of generating
+            client.settimeout(5)
+            raise AssertionError(f"{exc}; the gateway answered {client.recv(4096)!r}") from None
     wait_for(lambda: vllm_engine.metrics().get("vllm:num_requests_running", 0) == 0, timeout=60,
              what="the engine to drop the generation")
     generated = vllm_engine.metrics().get("vllm:generation_tokens_total", 0) - generated_before

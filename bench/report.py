@@ -1,0 +1,204 @@
+"""Writing a run's results: results.json, results.md (tables) and results.png (chart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from bench.rounds import DIRECT
+
+VARIANT_NAMES = {
+    "off": "plain relay",
+    "memory": "sessions, in-memory store",
+    "sqlite": "sessions, SQLite",
+    "postgres": "sessions, PostgreSQL",
+}
+
+
+def _f(value: float | None, spec: str = ".2f", sign: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return format(value, ("+" if sign else "") + spec)
+
+
+def _scenario_rows(results: dict) -> list[str]:
+    lines = ["| scenario | target | req/s | req/s ratio | p50 ms | p50 added | p99 ms "
+             "| p99 added | TTFT p50 added | TTFT p99 added | chunks/s | chunks/s ratio "
+             "| gateway CPU us/req | errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, block in results["scenarios"].items():
+        for name, target in block["targets"].items():
+            m = target["median"]
+            v = target.get("vs_direct", {})
+            streaming = block["scenario"]["stream"]
+            label = "direct" if name == DIRECT else VARIANT_NAMES.get(name, name)
+            lines.append(
+                f"| {key} | {label} | {m['rps']:.0f} | "
+                f"{_f(v.get('rps_ratio')) if v else '1.00'} | {_f(m['latency_p50_ms'])} | "
+                f"{_f(v.get('added_p50_ms'), sign=True) if v else '-'} | "
+                f"{_f(m['latency_p99_ms'])} | "
+                f"{_f(v.get('added_p99_ms'), sign=True) if v else '-'} | "
+                f"{_f(v.get('added_ttft_p50_ms'), sign=True) if v and streaming else '-'} | "
+                f"{_f(v.get('added_ttft_p99_ms'), sign=True) if v and streaming else '-'} | "
+                f"{_f(m['chunks_per_s'], '.0f') if streaming else '-'} | "
+                f"{(_f(v.get('chunks_per_s_ratio')) if v else '1.00') if streaming else '-'} | "
+                f"{_f(m.get('server_cpu_us_per_request'), '.0f') if v else '-'} | "
+                f"{m['errors']} |")
+    return lines
+
+
+def _target_rows(results: dict) -> list[str]:
+    variants = [v for v in results["variants"] if results["variants"][v]["status"] == "ok"]
+    header = "| target | " + " | ".join(VARIANT_NAMES.get(v, v) for v in variants) + " |"
+    lines = [header, "|---|" + "---:|" * len(variants)]
+    for row in results["targets"]:
+        cells = []
+        for variant in variants:
+            figure = row["by_variant"].get(variant)
+            passed = row["passed_by_variant"].get(variant)
+            mark = "" if passed is None else (" pass" if passed else " **FAIL**")
+            text = "n/a" if figure is None else f"{figure:.2f}{row['unit']}{mark}"
+            if variant == row["variant"]:
+                text = f"**{text}** (target)" if figure is not None else "n/a (target)"
+            cells.append(text)
+        lines.append(f"| {row['target']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _memory_rows(results: dict) -> list[str]:
+    lines = ["| variant | streams | open at once | errors | RSS before MiB | RSS during MiB "
+             "| RSS after MiB | per stream KiB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for variant, m in results.get("memory", {}).items():
+        if "error" in m:
+            lines.append(f"| {VARIANT_NAMES.get(variant, variant)} | failed: {m['error']} "
+                         "| | | | | | |")
+            continue
+        per = m["bytes_per_stream"]
+        lines.append(
+            f"| {VARIANT_NAMES.get(variant, variant)} | {m['streams']} | "
+            f"{m['open_concurrently']} | {m['errors']} | {m['rss_before_bytes'] / 2**20:.1f} | "
+            f"{m['rss_during_bytes'] / 2**20:.1f} | {m['rss_after_bytes'] / 2**20:.1f} | "
+            f"{_f(None if per is None else per / 1024, '.1f')} |")
+    return lines
+
+
+def _engine_rows(results: dict) -> list[str]:
+    engine = results.get("engine") or {}
+    if "skipped" in engine:
+        return [f"Real engine: skipped ({engine['skipped']})."]
+    lines = [f"Real engine at {engine.get('url')} (model `{engine.get('model')}`), "
+             f"{engine.get('rounds')} interleaved rounds of {engine.get('duration_s')} s:", "",
+             "| scenario | variant | direct req/s | gateway req/s | req/s ratio "
+             "| chunks/s ratio | p50 added ms | TTFT p50 added ms | errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for variant, block in engine.get("variants", {}).items():
+        if "error" in block:
+            lines.append(f"| - | {variant} | failed: {block['error']} | | | | | | |")
+            continue
+        for key, s in block["by_scenario"].items():
+            lines.append(
+                f"| {key} | {VARIANT_NAMES.get(variant, variant)} | {s['direct_rps']:.1f} | "
+                f"{s['gateway_rps']:.1f} | {_f(s['rps_ratio'])} | "
+                f"{_f(s['chunks_per_s_ratio'])} | {_f(s['added_p50_ms'], sign=True)} | "
+                f"{_f(s['added_ttft_p50_ms'], sign=True)} | {s['errors']} |")
+    return lines
+
+
+def render_markdown(results: dict) -> str:
+    """results.md: how it was measured, the scenario table, targets, memory, engine."""
+    info, config = results["machine"], results["config"]
+    failed = [f"- **{VARIANT_NAMES.get(v, v)} ({v}) failed:** `{s.get('error', '')[:300]}`"
+              for v, s in results["variants"].items() if s["status"] != "ok"]
+    lines = [
+        "# Gateway overhead benchmark",
+        "",
+        f"Run {info['when']} on {info['cpu_model']} ({info['cpu_count']} cores), Python "
+        f"{info['python']}, commit {info['git_commit']}{' (dirty)' if info['git_dirty'] else ''}."
+        f" Fake upstream (bench/fake_upstream.py) unless stated. {results['pinning']}; "
+        f"niceness {results['niceness']}. Load average at start/end: "
+        f"{results['loadavg_start']} / {results['loadavg_end']}.",
+        "",
+        f"{config['rounds']} interleaved rounds (direct, then each gateway variant) of "
+        f"{config['duration']:g} s per target after {config['warmup']:g} s warm-up; figures "
+        "are medians across rounds; ratios and added milliseconds compare each variant with "
+        "the direct runs of the same rounds. Non-streaming: max_tokens "
+        f"{config['nonstream_tokens']}; streaming: {config['stream_tokens']} chunks per "
+        "response. Gateway CPU per request is over the measured window only.",
+        "",
+        *failed,
+        "",
+        "## Targets (issue 7)",
+        "",
+        *_target_rows(results),
+        "",
+        "## By scenario",
+        "",
+        *_scenario_rows(results),
+        "",
+        f"## Memory: {config['memory_streams']} concurrent open streams",
+        "",
+        *_memory_rows(results),
+        "",
+        "## End to end with the real engine",
+        "",
+        *_engine_rows(results),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_chart(results: dict, path: Path) -> None:
+    """results.png: per mode, latency p50/p99 by concurrency and throughput ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = ["nonstream", "stream"]
+    figure, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False)
+    for column, mode in enumerate(modes):
+        blocks = [b for b in results["scenarios"].values() if b["scenario"]["mode"] == mode]
+        blocks.sort(key=lambda b: b["scenario"]["concurrency"])
+        if not blocks:
+            continue
+        concurrency = [b["scenario"]["concurrency"] for b in blocks]
+        names = list(blocks[0]["targets"])
+        latency, ratio = axes[0][column], axes[1][column]
+        for name in names:
+            label = "direct" if name == DIRECT else VARIANT_NAMES.get(name, name)
+            p50 = [b["targets"][name]["median"]["latency_p50_ms"] for b in blocks]
+            p99 = [b["targets"][name]["median"]["latency_p99_ms"] for b in blocks]
+            line = latency.plot(concurrency, p50, marker="o", label=f"{label} p50")[0]
+            latency.plot(concurrency, p99, marker="x", linestyle="--", color=line.get_color(),
+                         label=f"{label} p99")
+            if name != DIRECT:
+                field = "chunks_per_s_ratio" if mode == "stream" else "rps_ratio"
+                ratio.plot(concurrency, [b["targets"][name]["vs_direct"][field] for b in blocks],
+                           marker="o", color=line.get_color(), label=label)
+        latency.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="latency (ms)",
+                    title=f"{mode}: end-to-end latency")
+        latency.set_xticks(concurrency, [str(c) for c in concurrency])
+        latency.legend(fontsize=7)
+        ratio.axhline(1.0, color="grey", linewidth=0.8)
+        bound = 0.6 if mode == "stream" else 0.75
+        ratio.axhline(bound, color="red", linestyle=":", linewidth=1, label=f"target {bound}x")
+        ratio.set(xscale="log", ylim=(0, 1.15), xlabel="concurrency",
+                  ylabel="chunks/s ratio" if mode == "stream" else "req/s ratio",
+                  title=f"{mode}: gateway / direct throughput")
+        ratio.set_xticks(concurrency, [str(c) for c in concurrency])
+        ratio.legend(fontsize=7)
+    figure.suptitle(f"Gateway vs direct (fake upstream), {results['machine']['cpu_count']} "
+                    f"cores, commit {results['machine']['git_commit']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_results(results: dict, out_dir: Path) -> None:
+    """results.json, results.md and results.png into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    (out_dir / "results.md").write_text(render_markdown(results))
+    if results["scenarios"]:
+        render_chart(results, out_dir / "results.png")

@@ -22,6 +22,7 @@ from marketplace.schemas import (
     SearchHit,
     SearchOut,
     SupplierSummary,
+    has_nul,
 )
 from marketplace.search import (
     Hit,
@@ -59,6 +60,13 @@ def hit_out(hit: Hit) -> SearchHit:
     )
 
 
+def refuse_nul(**params: str | None) -> None:
+    """422 for a query parameter holding a NUL character (no database can compare with it)."""
+    for name, value in params.items():
+        if value and has_nul(value):
+            raise invalid_field("query", name, "must not contain NUL characters")
+
+
 def location_param(value: str | None, *, field: str = "location") -> geo.Point | None:
     """A ``lat,lng`` query parameter as a point; 422 naming the parameter when malformed."""
     if value is None or value.strip() == "":
@@ -83,6 +91,7 @@ def search_criteria_from_query(
     sort: str | None = None,
 ) -> SearchCriteria:
     """The criteria of GET /api/products/search (its words are searched as they are)."""
+    refuse_nul(q=q, category=category)
     point = location_param(location)
     if radius_km is not None and point is None:
         raise invalid_field("query", "radius_km", "radius_km needs a location (lat,lng)")
@@ -167,6 +176,7 @@ async def compare_offers(
     sort: Literal["price", "distance"] = "price",
 ) -> CompareOut:
     """Each supplier's cheapest product whose name contains every word of ``name``."""
+    refuse_nul(name=name)
     words = normalise_terms(name.split())
     if not words:
         raise invalid_field("query", "name", "name needs at least one word of two or more characters")

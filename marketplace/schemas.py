@@ -52,8 +52,26 @@ Price = Annotated[StrictInt, Field(ge=0, le=PRICE_MAX)]
 Stock = Annotated[StrictInt, Field(ge=0, le=STOCK_MAX)]
 
 
+def has_nul(value: Any) -> bool:
+    """True if a NUL character hides anywhere in ``value`` (PostgreSQL text and JSONB refuse it)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 class Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if has_nul(value):
+            raise ValueError("must not contain NUL characters")
+        return value
 
 
 class Location(Input):

@@ -166,6 +166,8 @@ async def test_product_for_unknown_supplier_is_404_and_not_written(client):
         ({"tags": ["a|b"]}, "tags"),
         ({"supplier_id": 0}, "supplier_id"),
         ({"colour": "red"}, "colour"),
+        ({"description": "nul\x00byte"}, "description"),  # PostgreSQL cannot store it: refused for all
+        ({"tags": ["ok", "n\x00l"]}, "tags"),
     ],
 )
 async def test_product_with_bad_fields_is_refused(client, overrides, field):

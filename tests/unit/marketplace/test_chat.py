@@ -145,6 +145,7 @@ async def test_unknown_user_is_404_and_disabled_ai_is_403(client, fake_engine):
         ({"message": "hi", "location": "somewhere"}, "location"),
         ({"message": "hi", "stream": "yes"}, "stream"),
         ({"message": "hi", "user_id": 0}, "user_id"),
+        ({"message": "hi\x00"}, "message"),
     ],
 )
 async def test_bad_chat_requests_are_422(client, fake_engine, body, field):

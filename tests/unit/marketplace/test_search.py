@@ -200,6 +200,8 @@ async def test_price_sort_puts_price_first(client):
         ({"offset": -1}, "offset"),
         ({"q": "x" * 501}, "q"),
         ({"sort": "random"}, "sort"),
+        ({"q": "kopi\x00"}, "q"),
+        ({"category": "\x00"}, "category"),
     ],
 )
 async def test_bad_search_parameters_are_422_naming_them(client, params, field):
@@ -244,7 +246,8 @@ async def test_ai_search_uses_the_given_location_when_the_query_names_no_place(c
 @pytest.mark.parametrize(
     ("body", "field"),
     [({"query": ""}, "query"), ({"query": "x" * 501}, "query"),
-     ({"query": "kopi", "location": {"lat": 100, "lng": 0}}, "lat"), ({"query": "kopi", "limit": 0}, "limit")],
+     ({"query": "kopi", "location": {"lat": 100, "lng": 0}}, "lat"), ({"query": "kopi", "limit": 0}, "limit"),
+     ({"query": "kopi\x00"}, "query")],
 )
 async def test_bad_ai_search_requests_are_422(client, body, field):
     response = await client.post("/api/products/ai-search", json=body, headers=READ)

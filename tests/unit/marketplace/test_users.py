@@ -62,6 +62,7 @@ async def test_concurrent_duplicate_emails_create_one_user(client):
         ({"ai_access_enabled": "yes"}, "ai_access_enabled"),
         ({"preferences": {"x": "y" * 5000}}, "preferences"),
         ({"role": "admin"}, "role"),
+        ({"preferences": {"k\x00": "v"}}, "preferences"),
     ],
 )
 async def test_bad_user_fields_are_refused(client, overrides, field):

@@ -1,0 +1,98 @@
+"""Database plumbing: URLs, SQLite connection settings, migrations that match the models."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from geopy.distance import geodesic
+from sqlalchemy import inspect, text
+
+from marketplace.db import create_engine, database_kind, migrate, normalize_url
+from marketplace.migrations.runner import VERSION_TABLE
+from marketplace.models import Base
+from tests.unit.marketplace.support import database_url  # noqa: F401  (fixture)
+
+# Created by the PostgreSQL migration for search, on purpose not described by the models.
+DATABASE_ONLY_INDEXES = {"ix_suppliers_earth", "ix_products_name_trgm", "ix_products_description_trgm",
+                         "ix_products_tags_trgm"}
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///./data/x.db", "sqlite+aiosqlite:///./data/x.db"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+        ("postgresql://u:p%40ss@h:5432/db", "postgresql+asyncpg://u:p%40ss@h:5432/db"),
+        ("postgres://u@h/db", "postgresql+asyncpg://u@h/db"),
+    ],
+)
+def test_urls_get_the_async_driver(url, expected):
+    assert normalize_url(url) == expected
+
+
+def test_other_databases_are_refused_naming_the_setting():
+    with pytest.raises(ValueError, match="database_url"):
+        normalize_url("mysql://u@h/db")
+    assert database_kind("sqlite:///x.db") == "sqlite"
+
+
+async def _differences(url: str) -> list:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as connection:
+            def compare(sync_connection):
+                context = MigrationContext.configure(sync_connection, opts={"compare_type": True, "version_table": VERSION_TABLE})
+                return compare_metadata(context, Base.metadata)
+
+            diffs = await connection.run_sync(compare)
+    finally:
+        await engine.dispose()
+    return [d for d in diffs if not (d[0] == "remove_index" and d[1].name in DATABASE_ONLY_INDEXES)]
+
+
+async def test_migrations_create_what_the_models_describe_and_run_twice(database_url):
+    await migrate(database_url)
+    await migrate(database_url)  # idempotent: a restart migrates nothing
+    assert await _differences(database_url) == []
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            version = await connection.scalar(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+            tables = await connection.run_sync(lambda c: set(inspect(c).get_table_names()))
+    finally:
+        await engine.dispose()
+    assert version == "0001"
+    assert {"suppliers", "products", "users", "conversations", "messages"} <= tables
+
+
+async def test_geodesic_km_in_sql_matches_geopy(database_url):
+    await migrate(database_url)
+    engine = create_engine(database_url)
+    pairs = [((-6.2088, 106.8456), (-7.2575, 112.7521)), ((3.5952, 98.6722), (-8.6705, 115.2126)),
+             ((0.0, 100.0), (0.0, 100.5)), ((-6.2, 106.8), (-6.2, 106.8))]
+    try:
+        async with engine.connect() as connection:
+            for a, b in pairs:
+                km = await connection.scalar(text("SELECT geodesic_km(:a, :b, :c, :d)"),
+                                             {"a": a[0], "b": a[1], "c": b[0], "d": b[1]})
+                assert km == pytest.approx(geodesic(a, b).km, abs=1e-6)
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_connections_use_wal_and_enforce_foreign_keys(tmp_path):
+    url = f"sqlite:///{tmp_path}/nested/dir/m.db"
+    await migrate(url)  # creates the missing directory
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as connection:
+            assert await connection.scalar(text("PRAGMA journal_mode")) == "wal"
+            assert await connection.scalar(text("PRAGMA foreign_keys")) == 1
+            with pytest.raises(Exception, match="FOREIGN KEY"):
+                await connection.execute(text(
+                    "INSERT INTO products (supplier_id, name, description, price, stock_quantity, category, "
+                    "tags, tags_text, created_at, updated_at) VALUES (99, 'x', '', 1, 1, 'hobi', '[]', '|', "
+                    "'2026-01-01', '2026-01-01')"))
+    finally:
+        await engine.dispose()

@@ -33,6 +33,9 @@ class Scenario:
     max_tokens: int
     concurrency: int
     path: str = "/v1/chat/completions"
+    # A real engine may merge or split tokens into chunks: then only count them.
+    exact_chunks: bool = True
+    extra_body: tuple[tuple[str, object], ...] = ()  # e.g. (("ignore_eos", True),)
 
     @property
     def mode(self) -> str:
@@ -72,7 +75,8 @@ def request_body(*, model: str, scenario: Scenario) -> bytes:
         payload: dict = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
     else:
         payload = {"model": model, "prompt": PROMPT}
-    payload |= {"max_tokens": scenario.max_tokens, "temperature": 0, "stream": scenario.stream}
+    payload |= {"max_tokens": scenario.max_tokens, "temperature": 0, "stream": scenario.stream,
+                **dict(scenario.extra_body)}
     return orjson.dumps(payload)
 
 
@@ -156,7 +160,7 @@ async def run_load(*, base_url: str, model: str, scenario: Scenario, duration: f
     """
     url = base_url.rstrip("/") + scenario.path
     body = request_body(model=model, scenario=scenario)
-    expected = scenario.max_tokens if scenario.stream else None
+    expected = scenario.max_tokens if scenario.stream and scenario.exact_chunks else None
     async with new_session(scenario.concurrency, headers=headers) as session:
         if warmup > 0:
             await _closed_loop(session, url, body, scenario.stream, scenario.concurrency,

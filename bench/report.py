@@ -51,16 +51,18 @@ def _scenario_rows(results: dict) -> list[str]:
 def _target_rows(results: dict) -> list[str]:
     variants = [v for v in results["variants"] if results["variants"][v]["status"] == "ok"]
     header = "| target | " + " | ".join(VARIANT_NAMES.get(v, v) for v in variants) + " |"
-    lines = [header, "|---|" + "---:|" * len(variants)]
+    lines = ["Bold: the variant the issue states the target for; the other columns show how "
+             "the same figure fares with the other variants.", "", header,
+             "|---|" + "---:|" * len(variants)]
     for row in results["targets"]:
         cells = []
         for variant in variants:
             figure = row["by_variant"].get(variant)
             passed = row["passed_by_variant"].get(variant)
-            mark = "" if passed is None else (" pass" if passed else " **FAIL**")
+            mark = "" if passed is None else (" pass" if passed else " FAIL")
             text = "n/a" if figure is None else f"{figure:.2f}{row['unit']}{mark}"
-            if variant == row["variant"]:
-                text = f"**{text}** (target)" if figure is not None else "n/a (target)"
+            if variant == row["variant"]:  # the variant the issue states the target for
+                text = f"**{text}**"
             cells.append(text)
         lines.append(f"| {row['target']} | " + " | ".join(cells) + " |")
     return lines

@@ -41,6 +41,10 @@ FAKE_MODEL = "fake-model"
 API_KEY = "bench-key-not-a-secret"
 AUTH_HEADERS = {"authorization": f"Bearer {API_KEY}"}
 
+# The real engine: generate the full max_tokens (no early end-of-sequence), and count chunks
+# rather than expect one per token (detokenisation may merge tokens into one chunk).
+ENGINE_LOAD = {"exact_chunks": False, "extra_body": (("ignore_eos", True),)}
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -64,16 +68,17 @@ class Plan:
                    nonstream_tokens=16, stream_tokens=256, memory_streams=1000,
                    memory_tokens=100, memory_chunk_delay=0.2, engine_duration=5.0,
                    engine_scenarios=(
-                       Scenario(stream=True, max_tokens=128, concurrency=1),
-                       Scenario(stream=True, max_tokens=128, concurrency=8),
-                       Scenario(stream=False, max_tokens=16, concurrency=8)))
+                       Scenario(stream=True, max_tokens=128, concurrency=1, **ENGINE_LOAD),
+                       Scenario(stream=True, max_tokens=128, concurrency=8, **ENGINE_LOAD),
+                       Scenario(stream=False, max_tokens=16, concurrency=8, **ENGINE_LOAD)))
 
     @classmethod
     def quick(cls) -> "Plan":
         return cls(rounds=1, duration=0.4, warmup=0.1, concurrencies=(1, 32),
                    nonstream_tokens=16, stream_tokens=256, memory_streams=100,
                    memory_tokens=20, memory_chunk_delay=0.05, engine_duration=1.0,
-                   engine_scenarios=(Scenario(stream=True, max_tokens=32, concurrency=1),))
+                   engine_scenarios=(
+                       Scenario(stream=True, max_tokens=32, concurrency=1, **ENGINE_LOAD),))
 
     def scenarios(self) -> list[Scenario]:
         return [Scenario(stream=stream, concurrency=c,
@@ -353,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
     results = uvloop.run(run(args, plan))
     results = {"machine": info, "niceness": niceness, "fd_limit": fd_limit,
                "config": {**{k: v for k, v in plan.__dict__.items() if k != "engine_scenarios"},
-                          "engine_scenarios": [s.__dict__ for s in plan.engine_scenarios],
+                          "engine_scenarios": [{**s.__dict__, "extra_body": dict(s.extra_body)}
+                                               for s in plan.engine_scenarios],
                           "quick": args.quick, "api_key_auth": True,
                           "gateway_env_example": gateway_env(
                               "sqlite", upstream_url="http://127.0.0.1:UPSTREAM", port=0,

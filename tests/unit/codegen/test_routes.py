@@ -16,6 +16,7 @@ import pytest
 from gateway.app import create_app
 from gateway.codegen import feature
 from gateway.config import Settings
+from gateway.device import reported_device
 from gateway.upstream import BadGateway, EngineTimeout, EngineUnavailable
 from tests.fixtures.servers import free_port
 from tests.unit.codegen.test_service import (
@@ -94,7 +95,7 @@ async def test_model_info_answers_the_contract_shape(gateway, tmp_path):
     gateway.app.state.engine = FakeEngine(root=str(tmp_path))
     response = await gateway.client.get("/model-info")
     assert response.status_code == 200
-    assert response.json() == {"model_path": "served-model", "device": gateway.app.state.settings.device or "cpu",
+    assert response.json() == {"model_path": "served-model", "device": reported_device(gateway.app.state.settings),
                                "dtype": "torch.float16"}
 
 

@@ -85,7 +85,9 @@ def bearer_token(authorization: bytes | None) -> str | None:
     return token.strip()
 
 
-def get_principal(request: Request) -> Principal:
+# Dependencies are ``async def`` on purpose: FastAPI runs plain ``def``
+# dependencies in its thread pool, a thread hop per request on the hot path.
+async def get_principal(request: Request) -> Principal:
     """The principal the auth middleware attached to this request."""
     principal = request.scope.get("state", {}).get("principal")
     if principal is None:  # a route reached without the middleware (misconfiguration)
@@ -93,7 +95,7 @@ def get_principal(request: Request) -> Principal:
     return principal
 
 
-def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def require_writer(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     """The principal, if it may write; 403 otherwise."""
     if not principal.can_write:
         raise GatewayError(403, "this API key may read but not write", code="insufficient_permissions")

@@ -1,4 +1,7 @@
-"""Tiny getters for what the app keeps on its state, as Annotated dependencies."""
+"""Tiny getters for what the app keeps on its state, as Annotated dependencies.
+
+They are ``async def`` so FastAPI calls them inline instead of in its thread pool.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +15,19 @@ from gateway.metrics import Metrics
 from gateway.upstream import UpstreamClient
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_upstream(request: Request) -> UpstreamClient:
+async def get_upstream(request: Request) -> UpstreamClient:
     return request.app.state.upstream
 
 
-def get_engine(request: Request) -> EngineState:
+async def get_engine(request: Request) -> EngineState:
     return request.app.state.engine
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 

@@ -16,11 +16,14 @@ import time
 
 from gateway.config import Settings
 from gateway.errors import GatewayError
-from gateway.upstream import UpstreamClient, UpstreamError
+from gateway.upstream import EngineTimeout, UpstreamClient, UpstreamError
 
 log = logging.getLogger("gateway.engine")
 
 FRESH_SECONDS = 1.0
+# A busy engine can be slow to answer /health; only this many timeouts in a row
+# make a ready engine read not-ready (a refused connection does at once).
+TIMEOUTS_BEFORE_NOT_READY = 3
 
 
 class EngineState:
@@ -35,6 +38,7 @@ class EngineState:
         self.root: str | None = None  # the checkpoint the engine loaded (its path or hub id)
         self.last_error: str | None = None
         self.checked_at = 0.0
+        self._timeouts_in_a_row = 0
         self._refreshing: asyncio.Future | None = None
         self._poller: asyncio.Task | None = None
 
@@ -49,6 +53,11 @@ class EngineState:
         if self.served_models:
             return self.served_models[0]
         return self._settings.model_path or "unknown"
+
+    @property
+    def reported_model(self) -> str:
+        """The name shown as ``model``/``model_path``: MODEL_PATH when set, else the served name."""
+        return self._settings.model_path or self.default_model
 
     @property
     def public_models(self) -> list[str]:
@@ -111,10 +120,16 @@ class EngineState:
                 self.max_model_len = cards[0].get("max_model_len")
                 self.root = cards[0].get("root")
             was_ready, self.ready = self.ready, bool(self.served_models)
+            self._timeouts_in_a_row = 0
             self.last_error = None if self.ready else "the engine lists no model"
             if self.ready and not was_ready:
                 log.info("engine ready", extra={"models": self.served_models, "max_model_len": self.max_model_len})
         except UpstreamError as exc:
+            if isinstance(exc, EngineTimeout) and self.ready:
+                self._timeouts_in_a_row += 1
+                if self._timeouts_in_a_row < TIMEOUTS_BEFORE_NOT_READY:
+                    self.last_error = exc.message
+                    return
             if exc.status == 503 and "unreachable" in exc.message:
                 self.reachable = False
             if self.ready:

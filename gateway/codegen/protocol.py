@@ -86,6 +86,9 @@ class ChatRequest(BaseModel):
     max_tokens: MaxTokens = None
     temperature: Temperature = None
     top_p: TopP = None
+    # Accepted by the old service's /chat too; honoured here rather than ignored.
+    do_sample: bool = True
+    repetition_penalty: float | None = Field(None, ge=1.0, le=2.0)
 
 
 class AssistantMessage(BaseModel):
@@ -156,6 +159,7 @@ def resolve_sampling(req: GenerateRequest | ChatRequest, settings: Settings) -> 
         # Greedy decoding has one answer and vLLM refuses n > 1 with it: ask once and let
         # fill_return_sequences repeat it.
         params["n"] = 1 if greedy else req.num_return_sequences
+    if req.repetition_penalty is not None:
         params["repetition_penalty"] = req.repetition_penalty
     return params
 

@@ -25,7 +25,7 @@ async def _engine_status(request: Request) -> dict:
     return {
         "status": "healthy",
         "model_loaded": engine.ready,
-        "model_path": engine.default_model,
+        "model_path": engine.reported_model,
         "device": device,
         "cuda_available": device == "cuda",
         "ready": engine.ready,

@@ -225,6 +225,15 @@ def test_chat_temperature_zero_is_greedy(settings: Settings) -> None:
     assert resolve_sampling(req, settings)["top_p"] == 1.0
 
 
+def test_chat_honours_the_old_services_do_sample_and_repetition_penalty(settings: Settings) -> None:
+    req = ChatRequest(messages=[{"role": "user", "content": "hi"}], do_sample=False, repetition_penalty=1.3)
+    params = resolve_sampling(req, settings)
+    assert (params["temperature"], params["top_p"], params["repetition_penalty"]) == (0.0, 1.0, 1.3)
+    with pytest.raises(ValidationError) as caught:
+        ChatRequest(messages=[{"role": "user", "content": "hi"}], repetition_penalty=3)
+    assert _error_locations(caught.value) == [("repetition_penalty",)]
+
+
 def test_chat_role_outside_the_contract_is_refused_naming_the_message() -> None:
     with pytest.raises(ValidationError) as caught:
         ChatRequest(messages=[{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}])

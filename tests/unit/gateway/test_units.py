@@ -77,3 +77,37 @@ def test_framer_accepts_crlf_and_keeps_partial_events():
 def test_usage_only_chunk_detection():
     assert is_usage_only(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
     assert not is_usage_only(b'data: {"choices":[{"index":0}],"usage":null}')
+
+
+async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine():
+    from gateway.config import Settings
+    from gateway.engine import TIMEOUTS_BEFORE_NOT_READY, EngineState
+    from gateway.upstream import EngineTimeout, EngineUnavailable
+
+    class Upstream:
+        failure: Exception | None = None
+
+        async def request_bytes(self, *args, **kwargs):
+            if self.failure:
+                raise self.failure
+            return 200, b"", 0.0
+
+        async def get_json(self, *args, **kwargs):
+            return {"data": [{"id": "m", "max_model_len": 100, "root": "/m"}]}
+
+    upstream = Upstream()
+    engine = EngineState(Settings(), upstream)
+    await engine.refresh()
+    assert engine.ready and engine.served_models == ["m"] and engine.max_model_len == 100
+    upstream.failure = EngineTimeout()
+    for _ in range(TIMEOUTS_BEFORE_NOT_READY - 1):
+        await engine.refresh()
+        assert engine.ready
+    await engine.refresh()
+    assert not engine.ready
+    upstream.failure = None
+    await engine.refresh()
+    assert engine.ready
+    upstream.failure = EngineUnavailable("the inference engine is unreachable (refused)")
+    await engine.refresh()
+    assert not engine.ready and not engine.reachable

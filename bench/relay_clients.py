@@ -122,16 +122,45 @@ def render_markdown(results: dict) -> str:
             chunks = _fmt(v["chunks_per_s_ratio"], ".2f") if m["chunks_per_s"] else "-"
             lines.append(
                 f"| {key} | {name} | {m['rps']:.0f} | {_fmt(v['rps_ratio'], '.2f')} | {chunks} "
-                f"| {m['latency_p50_ms']:.2f} (+{_fmt(v['added_p50_ms'], '.2f')}) "
-                f"| {m['latency_p99_ms']:.2f} (+{_fmt(v['added_p99_ms'], '.2f')}) "
-                f"| {_fmt(v['added_ttft_p50_ms'], '.2f')} "
+                f"| {m['latency_p50_ms']:.2f} ({_fmt(v['added_p50_ms'], '+.2f')}) "
+                f"| {m['latency_p99_ms']:.2f} ({_fmt(v['added_p99_ms'], '+.2f')}) "
+                f"| {_fmt(v['added_ttft_p50_ms'], '+.2f')} "
                 f"| {_fmt(m['server_cpu_us_per_request'], '.0f')} | {m['errors']} |")
+    lines += ["", *_summary(results)]
     for client, error in results["failed"].items():
         lines.append(f"\n**{client} failed to start:** `{error.splitlines()[0]}`")
     info = results["machine"]
     lines += ["", f"Machine: {info['cpu_model']}, {info['cpu_count']} cores, "
                   f"Python {info['python']}, commit {info['git_commit']}.", ""]
     return "\n".join(lines)
+
+
+def _summary(results: dict) -> list[str]:
+    """At concurrency 32: each client's throughput ratios and CPU per request, best first."""
+    blocks = results["scenarios"]
+    if "nonstream-c32" not in blocks or "stream-c32" not in blocks:
+        return []
+    rows = []
+    for name in blocks["nonstream-c32"]["targets"]:
+        if name == DIRECT:
+            continue
+        plain = blocks["nonstream-c32"]["targets"][name]
+        stream = blocks["stream-c32"]["targets"][name]
+        rows.append((name, plain["vs_direct"]["rps_ratio"],
+                     stream["vs_direct"]["chunks_per_s_ratio"],
+                     plain["median"]["server_cpu_us_per_request"],
+                     stream["median"]["server_cpu_us_per_request"]))
+    rows.sort(key=lambda row: (row[3] or float("inf")) + (row[4] or float("inf")))
+    lines = ["## At 32 concurrent requests (best first, by relay CPU per request)", "",
+             "| client | non-streaming req/s ratio | streaming chunks/s ratio "
+             "| CPU us/req non-streaming | CPU us/req streaming |",
+             "|---|---:|---:|---:|---:|"]
+    for name, plain_ratio, stream_ratio, plain_cpu, stream_cpu in rows:
+        lines.append(f"| {name} | {_fmt(plain_ratio, '.2f')} | {_fmt(stream_ratio, '.2f')} "
+                     f"| {_fmt(plain_cpu, '.0f')} | {_fmt(stream_cpu, '.0f')} |")
+    best = rows[0][0] if rows else "n/a"
+    lines += ["", f"Least CPU per relayed request in this run: **{best}**."]
+    return lines
 
 
 def _stream_tokens(results: dict) -> int:

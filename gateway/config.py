@@ -74,6 +74,13 @@ class Settings(BaseSettings):
     sessions_ttl_seconds: float = Field(3600.0, gt=0)
     cancel_after_disconnect_seconds: float = Field(30.0, ge=0)
     session_flush_interval: float = Field(0.05, gt=0)
+    # A replica renews its heartbeat every third of this; a live session whose
+    # replica stayed silent longer is ended (error event + [DONE]) by whoever
+    # notices: after a crash, resuming clients wait at most this long.
+    session_lease_seconds: float = Field(15.0, gt=0)
+    # SESSION_STORE=memory only: finished sessions kept resumable in memory
+    # (the oldest beyond this are forgotten). Persistent stores keep none.
+    session_memory_max_finished: int = Field(512, ge=0)
 
     # --- marketplace ----------------------------------------------------------
     database_url: str = "sqlite+aiosqlite:///./data/stack.db"

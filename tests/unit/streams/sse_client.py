@@ -1,0 +1,116 @@
+"""A small SSE client for session tests: events with their ids, keep-alive comments, [DONE]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx
+import orjson
+
+
+@dataclass
+class Event:
+    id: str | None
+    data: str
+
+    @property
+    def index(self) -> int:
+        assert self.id is not None, f"event without id: {self.data[:80]}"
+        return int(self.id.rpartition(":")[2])
+
+    @property
+    def done(self) -> bool:
+        return self.data == "[DONE]"
+
+    @property
+    def json(self) -> dict:
+        return orjson.loads(self.data)
+
+
+@dataclass
+class Received:
+    status: int
+    headers: httpx.Headers
+    events: list[Event] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+    body: bytes = b""
+
+    @property
+    def session_id(self) -> str | None:
+        return self.headers.get("x-session-id")
+
+    @property
+    def indices(self) -> list[int]:
+        return [event.index for event in self.events if event.id is not None]
+
+    @property
+    def dones(self) -> int:
+        return sum(event.done for event in self.events)
+
+    @property
+    def content(self) -> str:
+        return content_of(self.events)
+
+    @property
+    def last_id(self) -> str | None:
+        ids = [event.id for event in self.events if event.id is not None]
+        return ids[-1] if ids else None
+
+
+def content_of(events: list[Event]) -> str:
+    """The concatenated delta content of choice 0."""
+    parts = []
+    for event in events:
+        if event.done or event.data.startswith('{"error"'):
+            continue
+        for choice in event.json.get("choices", ()):
+            if choice.get("index", 0) == 0:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+def parse_sse(lines) -> tuple[list[Event], list[str]]:
+    events, comments = [], []
+    event_id, data = None, []
+    for line in lines:
+        if line == "":
+            if data:
+                events.append(Event(event_id, "\n".join(data)))
+            event_id, data = None, []
+        elif line.startswith(":"):
+            comments.append(line[1:].strip())
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+    return events, comments
+
+
+async def read_stream(client: httpx.AsyncClient, method: str, url: str, *, json: dict | None = None,
+                      headers: dict | None = None, stop_after: int | None = None, timeout: float = 60) -> Received:
+    """Read an SSE response; with ``stop_after`` drop the connection after that many events."""
+    async with client.stream(method, url, json=json, headers=headers, timeout=timeout) as response:
+        received = Received(response.status_code, response.headers)
+        if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
+            received.body = await response.aread()
+            return received
+        event_id, data = None, []
+        async for line in response.aiter_lines():
+            if line == "":
+                if data:
+                    received.events.append(Event(event_id, "\n".join(data)))
+                    if stop_after is not None and len(received.events) >= stop_after:
+                        break
+                event_id, data = None, []
+            elif line.startswith(":"):
+                received.comments.append(line[1:].strip())
+            elif line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+    return received
+
+
+def fresh_client(base_url: str, **kwargs) -> httpx.AsyncClient:
+    """A client whose connections are never reused: leaving a stream really disconnects."""
+    return httpx.AsyncClient(base_url=base_url, limits=httpx.Limits(max_keepalive_connections=0), **kwargs)

@@ -1,0 +1,180 @@
+"""Where events live: the ring, the SQLite store, eviction, TTL, restarts, batching."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from fastapi import Request
+
+from gateway.app import create_app
+from gateway.auth import PrincipalDep
+from gateway.openai.streaming import stream_chat_completion
+from tests.fixtures.servers import serve_uvicorn
+from tests.unit.streams.conftest import chat, running_gateway
+from tests.unit.streams.sse_client import fresh_client, read_stream
+from tests.unit.streams.test_lifecycle import until
+
+
+async def in_server(app, make_coro):
+    """Run ``make_coro()`` on the server's event loop (the app lives in uvicorn's thread)."""
+    future = asyncio.run_coroutine_threadsafe(make_coro(), app.state.sessions.loop)
+    return await asyncio.wrap_future(future)
+
+
+async def test_memory_store_answers_410_for_events_that_left_the_ring(gateway):
+    async with gateway(session_store="memory", session_ring_size=16) as (base, app), fresh_client(base) as client:
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="ring-1"))
+        gone = await client.get("/v1/sessions/ring-1/events", headers={"Last-Event-ID": "ring-1:3"})
+        kept = await read_stream(client, "GET", "/v1/sessions/ring-1/events",
+                                 headers={"Last-Event-ID": f"ring-1:{len(full.events) - 10}"})
+    assert gone.status_code == 410
+    assert gone.json()["error"]["code"] == "events_evicted"
+    assert [e.data for e in kept.events] == [e.data for e in full.events[-9:]]
+
+
+async def test_sqlite_store_replays_events_the_ring_dropped(gateway):
+    async with gateway(session_store="sqlite", session_ring_size=16) as (base, app), fresh_client(base) as client:
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="ring-2"))
+        old = await read_stream(client, "GET", "/v1/sessions/ring-2/events", headers={"Last-Event-ID": "ring-2:3"})
+    assert [e.data for e in old.events] == [e.data for e in full.events[4:]]
+
+
+async def test_finished_sessions_survive_a_restart_with_sqlite(make_settings):
+    settings = make_settings(session_store="sqlite")
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(20, session_id="persist-1"))
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        replay = await read_stream(client, "GET", "/v1/sessions/persist-1/events", headers={"Last-Event-ID": "persist-1:9"})
+    assert [e.data for e in replay.events] == [e.data for e in full.events[10:]]
+    assert replay.dones == 1
+
+
+async def test_shutdown_mid_stream_persists_an_explicit_end(make_settings, fake_engine):
+    fake_engine.chunk_delay = 0.02
+    settings = make_settings(session_store="sqlite")
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        seen = await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000, session_id="cut-1"), stop_after=10)
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        replay = await read_stream(client, "GET", "/v1/sessions/cut-1/events")
+    assert [e.data for e in replay.events[:10]] == [e.data for e in seen.events]
+    assert replay.indices == list(range(len(replay.events)))
+    assert replay.events[-2].json["error"]["code"] == "gateway_shutdown"
+    assert replay.events[-1].done and replay.dones == 1
+
+
+async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_settings):
+    """A producer that vanished without writing an ending (a crash): its lease runs out."""
+    from gateway.streams.frames import frame, id_prefix
+    from gateway.streams.store.base import Batch, Chunk, NewGeneration
+    from gateway.streams.store.sqlite import SQLiteStore
+
+    settings = make_settings(session_store="sqlite", session_lease_seconds=0.5)
+    dead = SQLiteStore(settings.database_url, replica="crashed-replica", lease_seconds=0.5, poll_interval=0.05)
+    await dead.open()
+    prefix = id_prefix("crash-1")
+    frames = [frame(prefix, i, b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": f"w{i}"}}]}))
+              for i in range(5)]
+    await dead.write(Batch(generations=[NewGeneration("local", "crash-1", 42, True)],
+                           chunks=[Chunk(42, 0, 4, b"".join(frames))]))
+    await dead.close()  # no more heartbeats, no ending: as if killed
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        replay = await read_stream(client, "GET", "/v1/sessions/crash-1/events", timeout=10)
+        state = (await client.get("/v1/sessions/crash-1")).json()
+    assert [e.data.encode() for e in replay.events[:5]] == [f.split(b"\ndata: ", 1)[1][:-2].join([b"data: ", b""])[6:] for f in frames]
+    assert replay.events[5].json["error"]["code"] == "producer_lost"
+    assert replay.events[6].done and replay.indices == list(range(7))
+    assert state["status"] == "ended" and state["how"] == "error"
+
+
+async def test_writes_are_batched_not_one_commit_per_event(gateway, fake_engine):
+    fake_engine.chunk_delay = 0.002
+    async with gateway(session_store="sqlite", session_flush_interval=0.05) as (base, app):
+        store = app.state.sessions.store
+        before = store.commits
+        clients = [fresh_client(base) for _ in range(10)]
+        try:
+            results = await asyncio.gather(*(
+                read_stream(c, "POST", "/v1/chat/completions", json=chat(100, session_id=f"batch-{i}"))
+                for i, c in enumerate(clients)))
+        finally:
+            for c in clients:
+                await c.aclose()
+        await until(lambda: app.state.sessions.sessions_in_memory == 0)  # all persisted, then evicted
+        commits = store.commits - before
+    events = sum(len(r.events) for r in results)
+    assert events == 10 * 102
+    # 10 claims + a flush every 50 ms of a ~0.3 s run; one commit per event would be > 1000.
+    assert commits < 60, commits
+
+
+async def test_gc_drops_expired_finished_sessions_but_never_a_live_one(gateway, fake_engine):
+    fake_engine.chunk_delay = 0.02
+    async with gateway(session_store="sqlite", sessions_ttl_seconds=0.2) as (base, app), fresh_client(base) as client:
+        await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id="old-1"))
+        live = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="live-1")))
+        await until(lambda: (s := app.state.sessions.local("local", "live-1")) is not None and s.log.next_index > 2)
+        await asyncio.sleep(0.3)  # let the TTL pass (the clock is what is tested here, not a synchronisation)
+        await in_server(app, app.state.sessions.collect_garbage)
+        old = await client.get("/v1/sessions/old-1")
+        still = await client.get("/v1/sessions/live-1")
+        done = await live
+    assert old.status_code == 404
+    assert still.status_code == 200 and still.json()["status"] == "live"
+    assert done.dones == 1 and done.events[-2].json["choices"][0]["finish_reason"] == "length"
+
+
+async def test_memory_stays_bounded_under_many_sessions(gateway):
+    async with gateway(session_store="memory", session_memory_max_finished=5) as (base, app), fresh_client(base) as client:
+        for i in range(20):
+            await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
+        in_memory = app.state.sessions.sessions_in_memory
+        oldest = await client.get("/v1/sessions/many-0")
+        newest = await client.get("/v1/sessions/many-19")
+    assert in_memory == 5
+    assert oldest.status_code == 404 and newest.status_code == 200
+    async with gateway(session_store="sqlite") as (base, app), fresh_client(base) as client:
+        for i in range(20):
+            await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
+        await until(lambda: app.state.sessions.sessions_in_memory == 0)
+        oldest = await client.get("/v1/sessions/many-0")
+    assert oldest.status_code == 200 and oldest.json()["status"] == "ended"
+
+
+async def test_usage_is_counted_per_key_even_for_aborted_streams(gateway, fake_engine):
+    fake_engine.chunk_delay = 0.02
+    async with gateway() as (base, app), fresh_client(base) as client:
+        await read_stream(client, "POST", "/v1/chat/completions", json=chat(7))
+        await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000), stop_after=5)
+        metrics = app.state.metrics
+        await until(lambda: metrics.streams_ended.labels("client_disconnect")._value.get() == 1)
+        completion = metrics.tokens.labels("local", "completion")._value.get()
+        prompt = metrics.tokens.labels("local", "prompt")._value.get()
+        completed = metrics.streams_ended.labels("completed")._value.get()
+    assert completed == 1
+    assert prompt == 5  # the engine's usage chunk of the completed stream
+    assert completion >= 7 + 4  # 7 reported + at least the 4 tokens seen before the abort (estimated)
+
+
+async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_settings, fake_engine):
+    fake_engine.chunk_delay = 0.01
+    results = []
+
+    async def remember(result):
+        results.append(result)
+
+    app = create_app(make_settings())
+
+    @app.post("/test/chat")
+    async def test_chat(request: Request, principal: PrincipalDep):
+        return await stream_chat_completion(request, {"model": "fake-model", "max_tokens": 30,
+                                                      "messages": [{"role": "user", "content": "x"}]},
+                                            principal=principal, session_id="hook-1", on_complete=remember)
+
+    async with serve_uvicorn(app) as base, fresh_client(base) as client:
+        got = await read_stream(client, "POST", "/test/chat", stop_after=3)  # the client leaves early
+        assert got.status == 200, got.body
+        await until(lambda: len(results) == 1)
+        await asyncio.sleep(0.1)
+    assert len(results) == 1
+    assert results[0].how == "completed" and results[0].text == "".join(f"t{i} " for i in range(30))

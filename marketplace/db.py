@@ -3,9 +3,9 @@
 ``create_engine(url)`` accepts the plain forms too (``sqlite:///file.db``,
 ``postgresql://...``) and picks the async driver. SQLite connections get WAL
 journalling, enforced foreign keys, a busy timeout, and a ``geodesic_km`` SQL
-function (WGS-84 geodesic, the same numbers geopy reports) that the search
-orders by; on PostgreSQL a function of the same name is created by the
-migrations, so one query text serves both.
+function (Vincenty on WGS-84: ``marketplace.geodesy``) that the search orders
+by; on PostgreSQL the migrations create a function of the same name and
+formula, so one query text serves both.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from geographiclib.geodesic import Geodesic
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+
+from marketplace.geodesy import vincenty_km
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
@@ -54,13 +55,6 @@ async def ensure_database_directory(url: str) -> None:
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
 
 
-def geodesic_km(lat1: float, lng1: float, lat2: float, lng2: float) -> float | None:
-    """WGS-84 geodesic distance in km (geographiclib: what ``geopy.distance.geodesic`` uses)."""
-    if None in (lat1, lng1, lat2, lng2):
-        return None
-    return Geodesic.WGS84.Inverse(lat1, lng1, lat2, lng2, Geodesic.DISTANCE)["s12"] / 1000.0
-
-
 def _configure_sqlite(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -69,7 +63,7 @@ def _configure_sqlite(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
     # Runs on aiosqlite's own thread when queries call it, not on the event loop.
-    dbapi_connection.create_function("geodesic_km", 4, geodesic_km, deterministic=True)
+    dbapi_connection.create_function("geodesic_km", 4, vincenty_km, deterministic=True)
 
 
 def create_engine(url: str, **kwargs) -> AsyncEngine:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sqlalchemy import and_, func, literal, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace import geo
@@ -211,8 +211,8 @@ async def compare_offers(
         query = query.order_by(nearby.c.distance, Product.price, Product.id)
     else:
         query = query.order_by(Product.price, Product.id)
-    rows = (await session.execute(query.add_columns(literal(0).label("score")))).all()
-    hits = hits_for(rows, point)
+    rows = (await session.execute(query)).all()
+    hits = hits_for([(product, supplier, 0) for product, supplier in rows], point)
     offers = [
         Offer(
             product=ProductOut.of(h.product),

@@ -112,8 +112,9 @@ class Product(Base):
 
     supplier: Mapped[Supplier] = relationship(back_populates="products")
 
+    # No index on price on purpose: price bounds are broad, and SQLite would pick
+    # such an index over a sequential scan and pay a random read per row.
     __table_args__ = (
-        Index("ix_products_price", "price"),
         CheckConstraint("price >= 0", name="ck_products_price_nonnegative"),
         CheckConstraint("stock_quantity >= 0", name="ck_products_stock_nonnegative"),
     )

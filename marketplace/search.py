@@ -11,13 +11,14 @@ Semantics
   matches), then score, then product id. Without a location: score, then id.
   An explicit price sort ("murah" in a query, ``sort=price_asc``) puts price
   first and keeps the rest as tie-breakers.
-- Distance in the database: SQLite calls ``geodesic_km`` (geographiclib,
-  registered on each connection by ``marketplace.db``) on the suppliers inside
+- Distance in the database: SQLite calls ``geodesic_km`` (Vincenty, a Python
+  function registered on each connection by ``marketplace.db``) on the suppliers inside
   a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
   with ``earth_box(ll_to_earth(...)) @> ll_to_earth(lat, lng)`` on a GiST
-  index, then the migration's ``geodesic_km`` (Vincenty, same distances to far
-  below a millimetre). Each supplier's distance is computed once (a
-  materialised CTE), not once per product.
+  index, then the migration's ``geodesic_km`` (the same Vincenty formula in
+  PL/pgSQL). Vincenty agrees with geopy's geodesic to far below a millimetre. Each supplier's distance is computed once (a
+  materialised CTE), not once per product. Both databases compute the distance
+  with the same formula (``marketplace.geodesy``).
 
 Fallback (when a search finds nothing, unless disabled): see ``_attempts``.
 """
@@ -133,24 +134,30 @@ def like_pattern(term: str) -> str:
     return f"%{escaped}%"
 
 
-def _term_hits(term: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
+def _term_hits(term: str, dialect: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
     pattern = like_pattern(term)
+    if dialect == "postgresql":
+        # lower(...) LIKE: the form the migration's trigram indexes are built for.
+        name, description = func.lower(Product.name), func.lower(Product.description)
+    else:
+        # SQLite's LIKE already ignores ASCII case (its lower() folds nothing more).
+        name, description = Product.name, Product.description
     return (
-        func.lower(Product.name).like(pattern, escape="\\"),
-        Product.tags_text.like(pattern, escape="\\"),  # already lower case
-        func.lower(Product.description).like(pattern, escape="\\"),
+        name.like(pattern, escape="\\"),
+        Product.tags_text.like(pattern, escape="\\"),  # stored lower-cased
+        description.like(pattern, escape="\\"),
     )
 
 
 def text_match_and_score(
-    terms: tuple[str, ...], *, match_all: bool
+    terms: tuple[str, ...], *, match_all: bool, dialect: str
 ) -> tuple[ColumnElement[bool] | None, ColumnElement[int]]:
     """The WHERE condition for ``terms`` (None when there are none) and the score expression."""
     if not terms:
         return None, literal(0)
     conditions, score = [], None
     for term in terms:
-        in_name, in_tags, in_description = _term_hits(term)
+        in_name, in_tags, in_description = _term_hits(term, dialect)
         conditions.append(or_(in_name, in_tags, in_description))
         term_score = (
             case((in_name, 3), else_=0) + case((in_tags, 2), else_=0) + case((in_description, 1), else_=0)
@@ -184,8 +191,8 @@ def nearby_suppliers(*, dialect: str, center: geo.Point, radius_km: float | None
 
 
 def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
-    """The non-text, non-distance conditions of a search."""
-    conditions: list[ColumnElement[bool]] = [Supplier.active.is_(True)]
+    """The product conditions of a search besides text and distance (suppliers' activity is checked by the caller)."""
+    conditions: list[ColumnElement[bool]] = []
     if criteria.min_price is not None:
         conditions.append(Product.price >= criteria.min_price)
     if criteria.max_price is not None:
@@ -198,21 +205,32 @@ def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
 
 
 def build_query(criteria: SearchCriteria, *, dialect: str) -> Select:
-    """SELECT product, supplier, distance, score, total-count for one page of ``criteria``."""
-    condition, score = text_match_and_score(criteria.terms, match_all=criteria.match_all_terms)
+    """SELECT product_id, distance, score and the total match count for one page of ``criteria``.
+
+    Only ids are selected and sorted: the page's rows are loaded afterwards, so
+    the database sorts narrow rows rather than whole products.
+    """
+    condition, score_expression = text_match_and_score(
+        criteria.terms, match_all=criteria.match_all_terms, dialect=dialect
+    )
+    score = score_expression.label("score")
     where = filters(criteria)
     if condition is not None:
         where.append(condition)
     if criteria.location is None:
-        query = select(Product, Supplier, literal(None).label("distance"), score.label("score"))
-        query = query.join(Supplier, Supplier.id == Product.supplier_id)
+        query = select(Product.id.label("product_id"), literal(None).label("distance"), score)
+        query = query.join(Supplier, Supplier.id == Product.supplier_id).where(Supplier.active.is_(True))
         order = [score.desc(), Product.id] if criteria.terms else [Product.id]
     else:
         nearby = nearby_suppliers(dialect=dialect, center=criteria.location, radius_km=criteria.radius_km)
-        query = select(Product, Supplier, nearby.c.distance, score.label("score"))
-        query = query.join(nearby, nearby.c.supplier_id == Product.supplier_id).join(
-            Supplier, Supplier.id == Product.supplier_id
-        )
+        supplier_key = Product.supplier_id
+        if dialect == "sqlite" and criteria.radius_km is None:
+            # Every supplier is a candidate: scan products once and look each distance
+            # up, instead of reading products supplier by supplier (random reads).
+            # "+ 0" keeps SQLite's planner off the supplier_id index for this join.
+            supplier_key = Product.supplier_id + 0
+        query = select(Product.id.label("product_id"), nearby.c.distance, score)
+        query = query.join(nearby, nearby.c.supplier_id == supplier_key)
         if criteria.radius_km is not None:
             where.append(nearby.c.distance <= criteria.radius_km)
         order = [nearby.c.distance, score.desc(), Product.id]
@@ -240,20 +258,33 @@ async def _run(*, session: AsyncSession, criteria: SearchCriteria) -> SearchPage
         total = first.total if first else 0
     else:
         total = 0
-    return SearchPage(hits=hits_for(rows, criteria.location), total=int(total), criteria=criteria)
+    loaded = await load_products(session=session, product_ids=[row.product_id for row in rows])
+    ranked = [(*loaded[row.product_id], int(row.score or 0)) for row in rows]
+    return SearchPage(hits=hits_for(ranked, criteria.location), total=int(total), criteria=criteria)
 
 
-def hits_for(rows, location: geo.Point | None) -> list[Hit]:
-    """Search hits with geopy distances and delivery estimates (computed once per supplier)."""
+async def load_products(*, session: AsyncSession, product_ids: list[int]) -> dict[int, tuple[Product, Supplier]]:
+    """{product id: (product, supplier)} for the given ids."""
+    if not product_ids:
+        return {}
+    rows = await session.execute(
+        select(Product, Supplier)
+        .join(Supplier, Supplier.id == Product.supplier_id)
+        .where(Product.id.in_(product_ids))
+    )
+    return {product.id: (product, supplier) for product, supplier in rows.all()}
+
+
+def hits_for(ranked, location: geo.Point | None) -> list[Hit]:
+    """Hits for (product, supplier, score) triples, with geopy distances and delivery estimates."""
     distances: dict[int, float] = {}
     hits = []
-    for row in rows:
-        product, supplier = row[0], row[1]
+    for product, supplier, score in ranked:
         distance = None
         if location is not None:
             if supplier.id not in distances:
                 distances[supplier.id] = geo.distance_km(location, geo.Point(supplier.lat, supplier.lng))
             distance = distances[supplier.id]
         delivery = None if distance is None else geo.delivery_estimate(distance)
-        hits.append(Hit(product, supplier, distance, delivery, int(row.score or 0)))
+        hits.append(Hit(product, supplier, distance, delivery, score))
     return hits

@@ -149,7 +149,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_products_supplier_id", "products", ["supplier_id"])
     op.create_index("ix_products_category", "products", ["category"])
-    op.create_index("ix_products_price", "products", ["price"])
 
     op.create_table(
         "users",

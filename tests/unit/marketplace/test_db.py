@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -9,6 +11,7 @@ from geopy.distance import geodesic
 from sqlalchemy import inspect, text
 
 from marketplace.db import create_engine, database_kind, migrate, normalize_url
+from marketplace.geodesy import vincenty_km
 from marketplace.migrations.runner import VERSION_TABLE
 from marketplace.models import Base
 from tests.unit.marketplace.support import database_url  # noqa: F401  (fixture)
@@ -96,3 +99,15 @@ async def test_sqlite_connections_use_wal_and_enforce_foreign_keys(tmp_path):
                     "'2026-01-01', '2026-01-01')"))
     finally:
         await engine.dispose()
+
+
+def test_vincenty_agrees_with_geopy_to_a_tenth_of_a_millimetre():
+    rng = random.Random(3)
+    for _ in range(2000):
+        a = (rng.uniform(-89, 89), rng.uniform(-180, 180))
+        b = (rng.uniform(-89, 89), rng.uniform(-180, 180))
+        assert vincenty_km(*a, *b) == pytest.approx(geodesic(a, b).km, abs=1e-7)
+    assert vincenty_km(-6.2, 106.8, -6.2, 106.8) == 0.0
+    assert vincenty_km(None, 106.8, -6.2, 106.8) is None
+    # Nearly antipodal: Vincenty does not converge; the great-circle fallback is within 0.5 %.
+    assert vincenty_km(0, 0, 0.5, 179.7) == pytest.approx(geodesic((0, 0), (0.5, 179.7)).km, rel=5e-3)

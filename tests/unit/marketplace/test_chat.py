@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -218,3 +219,25 @@ async def test_a_broken_stream_stores_no_message(database_url):
             assert response.status_code == 200
             assert '"error"' in response.text
             assert await count_rows(client, "messages") == 0
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_streamed_chat_through_resumable_sessions_stores_the_answer(database_url, fake_engine, store):
+    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url, session_store=store)
+    async with running_app(settings) as client:
+        user = await add_user(client)
+        response = await chat(client, user_id=user["id"], message="halo", stream=True)
+        assert response.status_code == 200, response.text
+        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        conversation_id = response.headers["x-conversation-id"]
+        # The session's producer stores the exchange when the generation ends: poll for it.
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            stored = (await client.get(f"/api/conversations/{conversation_id}", headers=READ)).json()
+            if len(stored["messages"]) == 2 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert [(m["role"], m["content"]) for m in stored["messages"]] == [
+            ("user", "halo"), ("assistant", "".join(f"t{i} " for i in range(8))),
+        ]

@@ -196,6 +196,7 @@ class SessionManager:
             upstream=self.upstream, metrics=self.metrics, path=prepared.path, body=prepared.body,
             key_id=principal.key_id, strip_usage=not prepared.client_wants_usage, on_complete=on_complete,
             on_frames=self.writer.mark if self.writer is not None else _ignore, on_end=self._generation_ended,
+            on_refused=self._refused,
         )
         session.task = asyncio.get_running_loop().create_task(produce(session, job), name="session-producer")
         return self._response(LocalFeed(self, session, 0), 0, key.session_id, opening=session)
@@ -220,13 +221,18 @@ class SessionManager:
             self._finished.pop(session.key, None)
         self._by_gen.pop(session.gen_id, None)
 
+    async def _refused(self, session: Session) -> None:
+        """The engine refused the request: the client gets the HTTP error, and nothing stays to resume."""
+        session.replaced = True  # never written by the store writer
+        self._forget(session)
+        if session.stored:
+            try:
+                await self.store.discard(session.gen_id)
+            except Exception:
+                log.exception("could not discard a refused session")
+
     def _generation_ended(self, session: Session) -> None:
         if session.open_error is not None:
-            # The engine refused it: the creating client gets the HTTP error; nothing to resume.
-            session.replaced = True
-            self._forget(session)
-            if session.stored:
-                asyncio.get_running_loop().create_task(self._discard(session.gen_id))
             return
         if self.store is None:
             self._finished[session.key] = session
@@ -242,10 +248,6 @@ class SessionManager:
         """With a store, a finished generation nobody follows leaves memory once fully persisted."""
         if self.store is not None and not session.live and session.ending_stored and not session.consumers:
             self._forget(session)
-
-    async def _discard(self, gen_id: int) -> None:
-        with contextlib.suppress(Exception):
-            await self.store.discard(gen_id)
 
     # --- clients leaving ---------------------------------------------------------------------------
     def consumer_left(self, session: Session) -> None:

@@ -40,6 +40,7 @@ class Generation:
     on_complete: Callable[[StreamResult], Awaitable[None]] | None
     on_frames: Callable[[Session], None]   # called after every append (store writer)
     on_end: Callable[[Session], None]      # called once the log is closed
+    on_refused: Callable[[Session], Awaitable[None]]  # the engine refused: forget it before answering
 
 
 async def produce(session: Session, job: Generation) -> None:
@@ -96,6 +97,7 @@ async def _open(session: Session, job: Generation):
     except GatewayError as exc:
         job.metrics.upstream_errors.labels(exc.code or str(exc.status)).inc()
         session.open_error = exc
+        await job.on_refused(session)
         _close(session, job, "error", error_ending(session.prefix, 0, exc.message, code=exc.code or "upstream_error"))
         return None
     finally:

@@ -1,0 +1,96 @@
+"""Cancel and disconnects, seen from vLLM's own metrics: the generation really stops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import openai
+import pytest
+
+from tests.integration.streams.conftest import RUNNING, chat_body, gateway_on, session_settings, until, wait_for_metric
+from tests.unit.streams.sse_client import fresh_client, read_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
+LONG = 4000  # tokens: many seconds on the CPU engine, so only an abort ends it early
+GENERATED = "vllm:generation_tokens_total"
+
+
+async def test_cancel_aborts_vllm_ends_every_listener_and_frees_the_session(idle_vllm_engine, tmp_path):
+    engine = idle_vllm_engine
+    settings = session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db")
+    async with gateway_on(settings) as (base, app), fresh_client(base) as client:
+        before = (await engine.ametrics())[GENERATED]
+        owner = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
+                                                json=chat_body(engine, LONG, session_id="cancel-me")))
+        await until(lambda: (s := app.state.sessions.local("local", "cancel-me")) is not None and s.log.next_index > 10)
+        follower = asyncio.create_task(read_stream(client, "GET", "/v1/sessions/cancel-me/events"))
+        await until(lambda: app.state.sessions.local("local", "cancel-me").consumers == 2)
+        await wait_for_metric(engine, RUNNING, lambda v: v == 1, timeout=5)
+        cancelled_at = time.monotonic()
+        answer = await client.post("/v1/cancel/cancel-me")
+        abort_seconds = await wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=2.0)
+        assert time.monotonic() - cancelled_at < 2.0
+        generated = (await engine.ametrics())[GENERATED] - before
+        a, b = await owner, await follower
+        reused = await read_stream(client, "POST", "/v1/chat/completions",
+                                   json=chat_body(engine, 5, session_id="cancel-me"))
+    assert answer.status_code == 200 and answer.json() == {
+        "session_id": "cancel-me", "object": "session.cancel", "cancelled": True, "status": "cancelled"}
+    assert abort_seconds < 2.0
+    assert generated < LONG / 2
+    for got in (a, b):
+        ending = got.events[-2].json
+        assert ending["choices"][0]["finish_reason"] == "cancelled" and ending["cancel_reason"] == "cancel_request"
+        assert got.events[-1].done and got.dones == 1
+        assert ending["id"] == got.events[0].json["id"]  # reads as the stream's own last chunk
+    assert [e.data for e in a.events] == [e.data for e in b.events]
+    assert reused.status == 200 and reused.dones == 1 and reused.indices == list(range(len(reused.events)))
+    assert reused.events[-2].json["choices"][0]["finish_reason"] == "length"
+
+
+async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(idle_vllm_engine, tmp_path):
+    engine = idle_vllm_engine
+    settings = session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db",
+                                cancel_after_disconnect_seconds=60)
+    async with gateway_on(settings) as (base, app):
+        sdk = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        stream = await sdk.chat.completions.create(
+            model=engine.model, messages=[{"role": "user", "content": "Tell me everything."}],
+            max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True})
+        seen = 0
+        async for chunk in stream:
+            seen += 1
+            if seen == 5:
+                break
+        await stream.close()
+        left_at = time.monotonic()
+        await wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=2.0)
+        abort_seconds = time.monotonic() - left_at
+        await sdk.close()
+        metrics = app.state.metrics
+        await until(lambda: metrics.streams_ended.labels("client_disconnect")._value.get() == 1)
+        counted = metrics.tokens.labels("local", "completion")._value.get()
+    assert abort_seconds < 1.5
+    assert counted >= 4  # the aborted stream's tokens are still counted (estimated)
+
+
+async def test_a_named_session_outlives_its_client_then_is_cancelled_upstream(idle_vllm_engine, tmp_path):
+    engine = idle_vllm_engine
+    settings = session_settings(engine, session_store="memory", cancel_after_disconnect_seconds=1.5)
+    async with gateway_on(settings) as (base, app), fresh_client(base) as client:
+        got = await read_stream(client, "POST", "/v1/chat/completions",
+                                json=chat_body(engine, LONG, session_id="orphan-ok"), stop_after=5)
+        left_at = time.monotonic()
+        session = app.state.sessions.local("local", "orphan-ok")
+        produced_then = session.log.next_index
+        await until(lambda: session.log.next_index > produced_then + 20, timeout=5)  # still generating alone
+        assert session.live and (await engine.ametrics())[RUNNING] == 1
+        await wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=5.0)
+        waited = time.monotonic() - left_at
+        replay = await read_stream(client, "GET", "/v1/sessions/orphan-ok/events",
+                                   headers={"Last-Event-ID": got.last_id})
+    assert 1.2 < waited < 3.5
+    assert replay.events[-2].json["cancel_reason"] == "disconnect_timeout"
+    assert replay.events[0].index == 5 and replay.dones == 1

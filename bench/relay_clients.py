@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.cpu import wait_until_quiet
 from bench.loadgen import Scenario
 from bench.machine import machine_info
 from bench.procs import (PYTHON, Pinning, ServerFailedToStart, boost_priority, free_port,
@@ -37,7 +38,8 @@ def scenarios(*, stream_tokens: int) -> list[Scenario]:
 
 
 async def measure(*, clients: list[str], rounds: int, duration: float, warmup: float,
-                  stream_tokens: int, pin: bool, log_dir: Path) -> dict:
+                  stream_tokens: int, pin: bool, log_dir: Path, wait_quiet: float = 0) -> dict:
+    await wait_until_quiet(max_wait=wait_quiet)
     loadavg_start = _loadavg()
     pinning = Pinning.choose(pin)
     pinning.pin_self()
@@ -64,7 +66,8 @@ async def measure(*, clients: list[str], rounds: int, duration: float, warmup: f
             print(f"--- {scenario.key}", flush=True)
             raw = await measure_interleaved(
                 targets=targets, scenario=scenario, model=MODEL, rounds=rounds,
-                duration=duration, warmup=warmup, on_round=_print_round)
+                duration=duration, warmup=warmup, load_servers=[upstream],
+                on_round=_print_round)
             by_scenario[scenario.key] = {"scenario": scenario.__dict__,
                                          "targets": summarise_scenario(raw)}
     finally:
@@ -87,6 +90,10 @@ def _print_round(round_index: int, name: str, result: dict) -> None:
           f"errors {result['errors']}", flush=True)
 
 
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -103,18 +110,20 @@ def render_markdown(results: dict) -> str:
         f"(the machine is shared: CPU per request is the steadiest column). "
         f"{results['rounds']} interleaved rounds of {results['duration_s']:g} s per target "
         f"(after {results['warmup_s']:g} s warm-up); medians across rounds; ratio = relay / "
-        f"direct in the same rounds. Streaming = {_stream_tokens(results)} chunks per response.",
+        f"direct per round (paired), median across rounds. Streaming = "
+        f"{_stream_tokens(results)} chunks per response. Others' CPU: share of the machine used "
+        f"by processes outside the benchmark during the window.",
         "",
         "| scenario | client | req/s | req/s ratio | chunks/s ratio | p50 ms (added) "
-        "| p99 ms (added) | TTFT p50 added ms | relay CPU us/req | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| p99 ms (added) | TTFT p50 added ms | relay CPU us/req | others' CPU | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, block in results["scenarios"].items():
         direct = block["targets"][DIRECT]["median"]
         lines.append(f"| {key} | direct | {direct['rps']:.0f} | 1.00 | "
                      f"{'1.00' if direct['chunks_per_s'] else '-'} | "
                      f"{direct['latency_p50_ms']:.2f} | {direct['latency_p99_ms']:.2f} | - | - "
-                     f"| {direct['errors']} |")
+                     f"| {_share(direct.get('others_cpu_share'))} | {direct['errors']} |")
         for name, target in block["targets"].items():
             if name == DIRECT:
                 continue
@@ -125,7 +134,8 @@ def render_markdown(results: dict) -> str:
                 f"| {m['latency_p50_ms']:.2f} ({_fmt(v['added_p50_ms'], '+.2f')}) "
                 f"| {m['latency_p99_ms']:.2f} ({_fmt(v['added_p99_ms'], '+.2f')}) "
                 f"| {_fmt(v['added_ttft_p50_ms'], '+.2f')} "
-                f"| {_fmt(m['server_cpu_us_per_request'], '.0f')} | {m['errors']} |")
+                f"| {_fmt(m['server_cpu_us_per_request'], '.0f')} "
+                f"| {_share(m.get('others_cpu_share'))} | {m['errors']} |")
     lines += ["", *_summary(results)]
     for client, error in results["failed"].items():
         lines.append(f"\n**{client} failed to start:** `{error.splitlines()[0]}`")
@@ -180,6 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nice", type=int, default=-10,
                         help="niceness for the benchmark and its servers (default -10)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for other work on the machine to "
+                             "settle (<= 15%% busy over 5 s)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
     duration = args.duration or (0.5 if args.quick else 3.0)
@@ -191,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         results = uvloop.run(measure(
             clients=args.clients, rounds=rounds, duration=duration,
             warmup=0.2 if args.quick else 0.5, stream_tokens=256, pin=not args.no_pin,
-            log_dir=Path(tmp)))
+            log_dir=Path(tmp), wait_quiet=args.wait_quiet))
     results = {"machine": machine_info(), "niceness": niceness, **results}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "relay_clients.json").write_bytes(

@@ -22,11 +22,15 @@ def _f(value: float | None, spec: str = ".2f", sign: bool = False) -> str:
     return format(value, ("+" if sign else "") + spec)
 
 
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.0f}%"
+
+
 def _scenario_rows(results: dict) -> list[str]:
     lines = ["| scenario | target | req/s | req/s ratio | p50 ms | p50 added | p99 ms "
              "| p99 added | TTFT p50 added | TTFT p99 added | chunks/s | chunks/s ratio "
-             "| gateway CPU us/req | errors |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| gateway CPU us/req | load CPU us/req | others' CPU | errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, block in results["scenarios"].items():
         for name, target in block["targets"].items():
             m = target["median"]
@@ -44,7 +48,8 @@ def _scenario_rows(results: dict) -> list[str]:
                 f"{_f(m['chunks_per_s'], '.0f') if streaming else '-'} | "
                 f"{(_f(v.get('chunks_per_s_ratio')) if v else '1.00') if streaming else '-'} | "
                 f"{_f(m.get('server_cpu_us_per_request'), '.0f') if v else '-'} | "
-                f"{m['errors']} |")
+                f"{_f(m.get('load_cpu_us_per_request'), '.0f')} | "
+                f"{_percent(m.get('others_cpu_share'))} | {m['errors']} |")
     return lines
 
 
@@ -122,11 +127,14 @@ def render_markdown(results: dict) -> str:
         f"{results['loadavg_start']} / {results['loadavg_end']}.",
         "",
         f"{config['rounds']} interleaved rounds (direct, then each gateway variant) of "
-        f"{config['duration']:g} s per target after {config['warmup']:g} s warm-up; figures "
-        "are medians across rounds; ratios and added milliseconds compare each variant with "
-        "the direct runs of the same rounds. Non-streaming: max_tokens "
-        f"{config['nonstream_tokens']}; streaming: {config['stream_tokens']} chunks per "
-        "response. Gateway CPU per request is over the measured window only.",
+        f"{config['duration']:g} s per target after {config['warmup']:g} s warm-up. Ratios "
+        "and added milliseconds are computed per round against the direct run of the same "
+        "round, then the median across rounds is reported; raw figures are medians across "
+        f"rounds. Non-streaming: max_tokens {config['nonstream_tokens']}; streaming: "
+        f"{config['stream_tokens']} chunks per response. CPU columns cover the measured window: "
+        "gateway CPU per request; load CPU per request (load generator + fake upstream); "
+        "others' CPU = share of the whole machine used by processes outside the benchmark "
+        "(high values mark disturbed measurements).",
         "",
         *failed,
         "",

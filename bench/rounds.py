@@ -1,14 +1,17 @@
 """Interleaved rounds (direct, relay A, relay B, direct, ...) and their same-run comparison.
 
-Machine noise (frequency changes, a neighbour's burst) hits every target of a round alike,
-so figures are medians across rounds and every relay is compared with the direct runs of
-the same rounds, never with a number from another run.
+Machine noise (frequency changes, a neighbour's burst) hits neighbouring runs alike, so
+every relay run is paired with the direct run of the same round: ratios and added
+milliseconds are computed per round, then the median across rounds is reported (a round
+disturbed by other work moves one pair, not the result). Medians of the raw figures are
+kept alongside.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.cpu import snapshot, usage_between
 from bench.loadgen import Scenario, run_load
 from bench.procs import ServerProcess
 from bench.stats import difference, median_or_none, ratio
@@ -16,7 +19,8 @@ from bench.stats import difference, median_or_none, ratio
 DIRECT = "direct"
 
 _MEDIAN_FIELDS = ("rps", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "ttft_p50_ms",
-                  "ttft_p99_ms", "chunks_per_s", "server_cpu_us_per_request")
+                  "ttft_p99_ms", "chunks_per_s", "server_cpu_us_per_request",
+                  "load_cpu_us_per_request", "others_cpu_share")
 _SUM_FIELDS = ("requests", "errors", "chunks")
 
 
@@ -31,35 +35,33 @@ class Target:
 
 
 async def measure_round(*, target: Target, scenario: Scenario, model: str, duration: float,
-                        warmup: float) -> dict:
-    """One measured run against one target, with the server's CPU time per request."""
-    cpu_before: list[float] = []
+                        warmup: float, load_servers: list[ServerProcess] = ()) -> dict:
+    """One measured run against one target, with CPU use per request (measured window only)."""
+    before = []
 
     async def note_cpu() -> None:
-        if target.process is not None:
-            cpu_before.append(await target.process.cpu_seconds())
+        before.append(await snapshot(load_servers=list(load_servers), server=target.process))
 
     result = (await run_load(base_url=target.base_url, model=model, scenario=scenario,
                              duration=duration, warmup=warmup, headers=target.headers,
                              before_measuring=note_cpu)).to_dict()
-    if cpu_before:
-        # Measured window only; requests still in flight at the end add a little.
-        cpu = await target.process.cpu_seconds() - cpu_before[0]
-        result["server_cpu_s"] = cpu
-        result["server_cpu_us_per_request"] = (cpu * 1e6 / result["requests"]
-                                               if result["requests"] else None)
+    after = await snapshot(load_servers=list(load_servers), server=target.process)
+    # Requests still in flight when the window closes add a little to the CPU figures.
+    result |= usage_between(before[0], after, requests=result["requests"])
     return result
 
 
 async def measure_interleaved(*, targets: list[Target], scenario: Scenario, model: str,
                               rounds: int, duration: float, warmup: float,
+                              load_servers: list[ServerProcess] = (),
                               on_round=None) -> dict[str, list[dict]]:
     """``rounds`` rounds, each visiting every target once in order; raw results per target."""
     results: dict[str, list[dict]] = {target.name: [] for target in targets}
     for round_index in range(rounds):
         for target in targets:
             result = await measure_round(target=target, scenario=scenario, model=model,
-                                         duration=duration, warmup=warmup)
+                                         duration=duration, warmup=warmup,
+                                         load_servers=load_servers)
             results[target.name].append(result)
             if on_round is not None:
                 on_round(round_index, target.name, result)
@@ -74,26 +76,29 @@ def aggregate(runs: list[dict]) -> dict:
     return summary
 
 
-def compare(direct: dict, relayed: dict) -> dict:
-    """A relayed target against direct: throughput ratios and added milliseconds."""
-    return {
-        "rps_ratio": ratio(relayed["rps"], direct["rps"]),
-        "chunks_per_s_ratio": ratio(relayed["chunks_per_s"], direct["chunks_per_s"]),
-        "added_p50_ms": difference(relayed["latency_p50_ms"], direct["latency_p50_ms"]),
-        "added_p90_ms": difference(relayed["latency_p90_ms"], direct["latency_p90_ms"]),
-        "added_p99_ms": difference(relayed["latency_p99_ms"], direct["latency_p99_ms"]),
-        "added_ttft_p50_ms": difference(relayed["ttft_p50_ms"], direct["ttft_p50_ms"]),
-        "added_ttft_p99_ms": difference(relayed["ttft_p99_ms"], direct["ttft_p99_ms"]),
-    }
+_RATIOS = {"rps_ratio": "rps", "chunks_per_s_ratio": "chunks_per_s"}
+_ADDED = {"added_p50_ms": "latency_p50_ms", "added_p90_ms": "latency_p90_ms",
+          "added_p99_ms": "latency_p99_ms", "added_ttft_p50_ms": "ttft_p50_ms",
+          "added_ttft_p99_ms": "ttft_p99_ms"}
+
+
+def compare_paired(direct_runs: list[dict], relayed_runs: list[dict]) -> dict:
+    """Per-round ratio and difference against the direct run of the same round; medians."""
+    pairs = list(zip(direct_runs, relayed_runs))
+    out = {name: median_or_none([ratio(r[field], d[field]) for d, r in pairs])
+           for name, field in _RATIOS.items()}
+    out |= {name: median_or_none([difference(r[field], d[field]) for d, r in pairs])
+            for name, field in _ADDED.items()}
+    return out
 
 
 def summarise_scenario(raw: dict[str, list[dict]]) -> dict:
-    """Per target: raw rounds, medians and (for relays) the comparison with direct."""
+    """Per target: raw rounds, medians and (for relays) the paired comparison with direct."""
     direct = aggregate(raw[DIRECT])
     summary = {DIRECT: {"median": direct, "rounds": raw[DIRECT]}}
     for name, runs in raw.items():
         if name == DIRECT:
             continue
-        median = aggregate(runs)
-        summary[name] = {"median": median, "vs_direct": compare(direct, median), "rounds": runs}
+        summary[name] = {"median": aggregate(runs),
+                         "vs_direct": compare_paired(raw[DIRECT], runs), "rounds": runs}
     return summary

@@ -26,6 +26,7 @@ import aiohttp
 
 from bench.loadgen import Scenario
 from bench.machine import REPO_ROOT, machine_info
+from bench.cpu import wait_until_quiet
 from bench.memory import measure_open_streams
 from bench.postgres import PostgresUnavailable, throwaway_postgres
 from bench.procs import (PYTHON, Pinning, ServerFailedToStart, ServerProcess, boost_priority,
@@ -127,7 +128,12 @@ def _print_round(round_index: int, name: str, result: dict) -> None:
     print(f"  round {round_index + 1} {name:9s} {result['rps']:9.1f} req/s  "
           f"p50 {result['latency_p50_ms']:8.2f} ms  p99 {result['latency_p99_ms']:8.2f} ms  "
           f"ttft {'-' if ttft is None else f'{ttft:.2f}':>6}  "
-          f"chunks/s {result['chunks_per_s']:8.0f}  errors {result['errors']}", flush=True)
+          f"chunks/s {result['chunks_per_s']:8.0f}  errors {result['errors']}  "
+          f"others' CPU {_percent(result.get('others_cpu_share'))}", flush=True)
+
+
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.0f}%"
 
 
 async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pinning,
@@ -155,7 +161,8 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
                 print(f"--- {scenario.key} ({scenario.max_tokens} tokens)", flush=True)
                 raw = await measure_interleaved(
                     targets=targets, scenario=scenario, model=FAKE_MODEL, rounds=plan.rounds,
-                    duration=plan.duration, warmup=plan.warmup, on_round=_print_round)
+                    duration=plan.duration, warmup=plan.warmup, load_servers=[upstream],
+                    on_round=_print_round)
                 by_scenario[scenario.key] = {"scenario": {**scenario.__dict__,
                                                           "mode": scenario.mode},
                                              "targets": summarise_scenario(raw)}
@@ -268,12 +275,14 @@ async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tm
 async def run(args: argparse.Namespace, plan: Plan) -> dict:
     # SIGTERM cancels the run like Ctrl-C does, so every server and the database are stopped.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    quiet = await wait_until_quiet(max_wait=args.wait_quiet)
     pinning = Pinning.choose(not args.no_pin)
     pinning.pin_self()
     print(f"pinning: {pinning.describe()}", flush=True)
     variants = list(args.variants)
     status: dict[str, dict] = {}
-    results: dict = {"pinning": pinning.describe(), "loadavg_start": _loadavg()}
+    results: dict = {"pinning": pinning.describe(), "loadavg_start": _loadavg(),
+                     "machine_busy_before_start": quiet}
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp_name:
         tmp = Path(tmp_name)
         async with contextlib.AsyncExitStack() as stack:
@@ -333,6 +342,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nice", type=int, default=-10,
                         help="niceness for the benchmark and its servers (default -10)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for other work on the machine to "
+                             "settle (<= 15%% busy over 5 s)")
     parser.add_argument("--keep-logs", type=Path, help="copy the servers' logs here")
     return parser.parse_args(argv)
 

@@ -37,18 +37,25 @@ class CpuSnapshot:
     server: float | None
 
 
-async def snapshot(*, load_servers: list[ServerProcess],
-                   server: ServerProcess | None) -> CpuSnapshot:
-    """CPU seconds so far of the machine and of each party."""
+async def snapshot(*, load_servers: list[ServerProcess], server: ServerProcess | None,
+                   companions: tuple = ()) -> CpuSnapshot:
+    """CPU seconds so far of the machine and of each party.
+
+    ``companions`` (e.g. the PostgreSQL server a gateway variant writes to) count as the
+    server's own cost.
+    """
     load_servers_cpu = 0.0
     for process in load_servers:
         load_servers_cpu += await process.cpu_seconds()
+    server_cpu = await server.cpu_seconds() if server is not None else None
+    for companion in companions:
+        server_cpu = (server_cpu or 0.0) + await companion.cpu_seconds()
     return CpuSnapshot(
         at=time.perf_counter(),
         machine_busy=await asyncio.to_thread(_machine_busy),
         load_generator=_self_cpu(),
         load_servers=load_servers_cpu,
-        server=await server.cpu_seconds() if server is not None else None,
+        server=server_cpu,
     )
 
 

@@ -12,9 +12,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import free_port
+from bench.procs import ProcessTree, free_port
 
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -41,9 +42,15 @@ def _as_postgres(*argv: str) -> list[str]:
     return list(argv)
 
 
+@dataclass(frozen=True)
+class PostgresCluster:
+    dsn: str  # an asyncpg SQLAlchemy URL
+    server: ProcessTree  # the postmaster and its backends, to count their CPU time
+
+
 @contextlib.asynccontextmanager
-async def throwaway_postgres() -> AsyncIterator[str]:
-    """Yield an asyncpg SQLAlchemy URL to a fresh cluster; stop and delete it afterwards."""
+async def throwaway_postgres() -> AsyncIterator[PostgresCluster]:
+    """Start a fresh cluster; stop and delete it afterwards."""
     if not (PG_BIN / "initdb").exists():
         raise PostgresUnavailable(f"no initdb under {PG_BIN} (set PG_BIN)")
     root = Path(tempfile.mkdtemp(prefix="bench-pg-"))
@@ -60,8 +67,10 @@ async def throwaway_postgres() -> AsyncIterator[str]:
         await _run(*_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options,
                                  "-l", str(root / "server.log"), "-w", "-t", "30", "start"),
                    output=root / "start.out")
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
         try:
-            yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres"
+            yield PostgresCluster(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres",
+                                  ProcessTree(postmaster))
         finally:
             await _run(*_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast",
                                      "-w", "stop"), output=root / "stop.out")

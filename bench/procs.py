@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -110,6 +111,33 @@ class ServerProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+class ProcessTree:
+    """A process and its children (e.g. a database server and its backends)."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+
+    def _cpu(self) -> float:
+        total = 0.0
+        for process in [self.process, *self.process.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    async def cpu_seconds(self) -> float:
+        """User + system CPU time of the process and its current children."""
+        return await asyncio.to_thread(self._cpu)
+
+    def pin(self, cores: frozenset[int]) -> None:
+        """Pin the process and its children (children forked later inherit it)."""
+        for process in [self.process, *self.process.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.cpu_affinity(sorted(cores))
 
 
 async def start_server(*, name: str, argv: list[str], port: int, log_dir: Path,

@@ -32,6 +32,7 @@ class Target:
     base_url: str
     process: ServerProcess | None = None  # whose CPU time to attribute to the requests
     headers: dict | None = None
+    companions: tuple = ()  # more processes whose CPU time is this target's cost
 
 
 async def measure_round(*, target: Target, scenario: Scenario, model: str, duration: float,
@@ -40,12 +41,14 @@ async def measure_round(*, target: Target, scenario: Scenario, model: str, durat
     before = []
 
     async def note_cpu() -> None:
-        before.append(await snapshot(load_servers=list(load_servers), server=target.process))
+        before.append(await snapshot(load_servers=list(load_servers), server=target.process,
+                                     companions=target.companions))
 
     result = (await run_load(base_url=target.base_url, model=model, scenario=scenario,
                              duration=duration, warmup=warmup, headers=target.headers,
                              before_measuring=note_cpu)).to_dict()
-    after = await snapshot(load_servers=list(load_servers), server=target.process)
+    after = await snapshot(load_servers=list(load_servers), server=target.process,
+                           companions=target.companions)
     # Requests still in flight when the window closes add a little to the CPU figures.
     result |= usage_between(before[0], after, requests=result["requests"])
     return result

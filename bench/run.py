@@ -65,7 +65,7 @@ class Plan:
 
     @classmethod
     def full(cls) -> "Plan":
-        return cls(rounds=3, duration=3.0, warmup=0.5, concurrencies=(1, 32, 256),
+        return cls(rounds=5, duration=2.0, warmup=0.5, concurrencies=(1, 32, 256),
                    nonstream_tokens=16, stream_tokens=256, memory_streams=1000,
                    memory_tokens=100, memory_chunk_delay=0.2, engine_duration=5.0,
                    engine_scenarios=(
@@ -138,7 +138,7 @@ def _percent(share: float | None) -> str:
 
 async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pinning,
                                 tmp: Path, postgres_dsn: str | None,
-                                status: dict[str, dict]) -> dict:
+                                status: dict[str, dict], companions: dict | None = None) -> dict:
     """Interleaved direct/gateway rounds for every scenario; the variants' start-up status."""
     upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores)
     gateways: dict[str, ServerProcess] = {}
@@ -153,7 +153,8 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
                 status[variant] = {"status": "failed", "error": str(error)}
                 print(f"gateway variant {variant} failed to start:\n{error}", flush=True)
         targets = [Target(DIRECT, upstream.base_url, headers=AUTH_HEADERS)] + [
-            Target(variant, gateway.base_url, gateway, headers=AUTH_HEADERS)
+            Target(variant, gateway.base_url, gateway, headers=AUTH_HEADERS,
+                   companions=(companions or {}).get(variant, ()))
             for variant, gateway in gateways.items()]
         by_scenario = {}
         if len(targets) > 1:
@@ -286,17 +287,23 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp_name:
         tmp = Path(tmp_name)
         async with contextlib.AsyncExitStack() as stack:
-            postgres_dsn = args.postgres_dsn
+            postgres_dsn, db_companions = args.postgres_dsn, ()
             if "postgres" in variants and not postgres_dsn:
                 try:
-                    postgres_dsn = await stack.enter_async_context(throwaway_postgres())
+                    cluster = await stack.enter_async_context(throwaway_postgres())
+                    postgres_dsn, db_companions = cluster.dsn, (cluster.server,)
+                    # The database works for the gateway: it shares the gateway's core, and
+                    # its CPU time counts as the postgres variant's cost.
+                    if pinning.server_cores:
+                        cluster.server.pin(pinning.server_cores)
                 except PostgresUnavailable as error:
                     status["postgres"] = {"status": "failed", "error": str(error)}
                     print(f"postgres variant unavailable: {error}", flush=True)
             runnable = [v for v in variants if v not in status]
             results["scenarios"] = await measure_fake_upstream(
                 plan=plan, variants=runnable, pinning=pinning, tmp=tmp,
-                postgres_dsn=postgres_dsn, status=status)
+                postgres_dsn=postgres_dsn, status=status,
+                companions={"postgres": db_companions})
             healthy = [v for v in variants if status.get(v, {}).get("status") == "ok"]
             results["memory"] = {} if args.skip_memory else await measure_memory(
                 plan=plan, variants=healthy, pinning=pinning, tmp=tmp, postgres_dsn=postgres_dsn)

@@ -2,8 +2,9 @@
 
 The URL comes from the caller (``marketplace.db.migrate``), else the
 ``DATABASE_URL`` environment variable, else ``sqlalchemy.url`` in alembic.ini.
-On PostgreSQL the whole upgrade runs in one transaction holding an advisory
-lock, so several gateway workers starting together migrate once.
+The whole upgrade runs in one transaction that first takes a lock (an
+advisory lock on PostgreSQL, the write lock on SQLite), so several gateway
+workers starting together migrate once.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ def run_migrations_offline() -> None:
 
 
 def _run_on(connection: Connection) -> None:
-    _configure(connection=connection, render_as_batch=connection.dialect.name == "sqlite")
+    sqlite = connection.dialect.name == "sqlite"
+    _configure(connection=connection, render_as_batch=sqlite, transactional_ddl=True)
+    if sqlite:
+        # SQLite's write lock, taken before the version is read: a second
+        # process waits (busy timeout) and then finds nothing left to do.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
     with context.begin_transaction():
-        if connection.dialect.name == "postgresql":
+        if not sqlite:
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         context.run_migrations()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -12,6 +13,8 @@ ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
 # Its own version table, so the marketplace schema can share a database with
 # other parts of the gateway that keep their own history.
 VERSION_TABLE = "marketplace_alembic_version"
+# Alembic keeps its running migration context in module globals: one at a time per process.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def alembic_config(url: str) -> Config:
@@ -27,4 +30,5 @@ def alembic_config(url: str) -> Config:
 
 def upgrade_to_head(url: str) -> None:
     """Blocking: upgrade the database at ``url`` to the newest revision."""
-    command.upgrade(alembic_config(url), "head")
+    with _ALEMBIC_LOCK:
+        command.upgrade(alembic_config(url), "head")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -111,3 +113,18 @@ def test_vincenty_agrees_with_geopy_to_a_tenth_of_a_millimetre():
     assert vincenty_km(None, 106.8, -6.2, 106.8) is None
     # Nearly antipodal: Vincenty does not converge; the great-circle fallback is within 0.5 %.
     assert vincenty_km(0, 0, 0.5, 179.7) == pytest.approx(geodesic((0, 0), (0.5, 179.7)).km, rel=5e-3)
+
+
+MIGRATE = "import asyncio, sys; from marketplace.db import migrate; asyncio.run(migrate(sys.argv[1]))"
+
+
+async def test_workers_starting_together_migrate_once(database_url):
+    processes = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", MIGRATE, database_url,
+                                             stderr=asyncio.subprocess.PIPE)
+        for _ in range(3)
+    ]
+    results = [await p.communicate() for p in processes]
+    assert [p.returncode for p in processes] == [0, 0, 0], [err.decode()[-500:] for _, err in results]
+    await asyncio.gather(migrate(database_url), migrate(database_url))  # and threads of one process
+    assert await _differences(database_url) == []

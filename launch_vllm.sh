@@ -104,6 +104,32 @@ fi
 EMBEDDED=0
 [[ "$MODEL" == embedded ]] && EMBEDDED=1
 
+# --- what to serve -------------------------------------------------------------------------
+
+if ((EMBEDDED)); then
+    MODEL_ARG="$EMBEDDED_MODEL_DIR"
+    SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$EMBEDDED_SERVED_NAME}"
+    MAX_MODEL_LEN="${MAX_MODEL_LEN:-8192}"
+else
+    MODEL_ARG="$MODEL"
+    SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$MODEL}"
+    if [[ "$MODEL" == "$GPU_DEFAULT_MODEL" ]]; then
+        # Its native 256k context needs far more KV cache than a single GPU has to spare.
+        MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
+    fi
+fi
+
+# Checked before installing anything: a typo must not cost a vLLM install first.
+if ((EMBEDDED)); then
+    :  # built below by prepare
+elif [[ -d "$MODEL_ARG" ]]; then
+    [[ -f "$MODEL_ARG/config.json" ]] || die "not a model directory (no config.json): $MODEL_ARG"
+elif [[ "$MODEL_ARG" == /* || "$MODEL_ARG" == .* || "$MODEL_ARG" == "~"* ]]; then
+    die "model path not found: $MODEL_ARG"
+elif [[ ! "$MODEL_ARG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
+    die "MODEL is neither an existing directory nor a hub id like org/name: $MODEL_ARG"
+fi
+
 # --- the engine's virtual environment ---------------------------------------------------
 
 install_marker() { printf 'recipe=%s package=%s device=%s\n' "$INSTALL_RECIPE" "$VLLM_PACKAGE" "$DEVICE"; }
@@ -164,31 +190,6 @@ if ((INSTALL_ONLY)); then
     log "engine environment: $ENGINE_VENV ($VLLM_PACKAGE)"
     ((EMBEDDED)) && log "embedded model: $EMBEDDED_MODEL_DIR"
     exit 0
-fi
-
-# --- what to serve -------------------------------------------------------------------------
-
-if ((EMBEDDED)); then
-    MODEL_ARG="$EMBEDDED_MODEL_DIR"
-    SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$EMBEDDED_SERVED_NAME}"
-    MAX_MODEL_LEN="${MAX_MODEL_LEN:-8192}"
-else
-    MODEL_ARG="$MODEL"
-    SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$MODEL}"
-    if [[ "$MODEL" == "$GPU_DEFAULT_MODEL" ]]; then
-        # Its native 256k context needs far more KV cache than a single GPU has to spare.
-        MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
-    fi
-fi
-
-if ((EMBEDDED && PRINT_ONLY)); then
-    :  # built by prepare, which --print-command skips
-elif [[ -d "$MODEL_ARG" ]]; then
-    [[ -f "$MODEL_ARG/config.json" ]] || die "not a model directory (no config.json): $MODEL_ARG"
-elif [[ "$MODEL_ARG" == /* || "$MODEL_ARG" == .* || "$MODEL_ARG" == "~"* ]]; then
-    die "model path not found: $MODEL_ARG"
-elif [[ ! "$MODEL_ARG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
-    die "MODEL is neither an existing directory nor a hub id like org/name: $MODEL_ARG"
 fi
 
 IFS=',' read -r -a aliases <<<"${MODEL_ALIASES:-}"
@@ -331,23 +332,25 @@ trap cleanup EXIT
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 
-# The last line of the engine's log that says what went wrong, without log prefixes.
+# The last line of the engine's log that says what went wrong, without log prefixes: an
+# exception's message ("ValueError: ...", argparse's "error: ...") over any other line.
 last_meaningful_line() {
-    local noise='Traceback \(most recent|See root cause above|Engine core initialization failed|^\s*File "|^\s*\^+\s*$|^\s*$|WARNING|Triton is installed'
-    local line
-    line="$(sed -e 's/\x1b\[[0-9;]*m//g' "$ENGINE_LOG" \
-        | grep -E '([A-Za-z]+(Error|Exception)\b|error:|Killed|No such file)' \
-        | grep -Ev "$noise" | tail -n1)"
-    [[ -n "$line" ]] || line="$(sed -e 's/\x1b\[[0-9;]*m//g' "$ENGINE_LOG" | grep -Ev "$noise" | tail -n1)"
+    local noise='Traceback \(most recent|See root cause above|Engine core initialization failed|^\s*File "|^\s*\^+\s*$|^\s*$|WARNING|Warning:|Triton is installed'
+    local text line
+    text="$(sed -e 's/\x1b\[[0-9;]*m//g' "$ENGINE_LOG" | grep -Ev "$noise")" || true
+    line="$(grep -E '[A-Za-z](Error|Exception): |error: ' <<<"$text" | tail -n1)" \
+        || line="$(grep -E '(Error|Exception)\b|Killed|No such file' <<<"$text" | tail -n1)" \
+        || line="$(tail -n1 <<<"$text")"
     # "(EngineCore pid=1) ERROR 11-30 01:27:00 [core.py:12] text" -> "text"
-    line="$(sed -E 's/^(\([^)]*\) )?(ERROR|INFO|CRITICAL|DEBUG) [0-9-]+ [0-9:.]+ \[[^]]*\] //' <<<"$line")"
+    line="$(sed -E 's/^(\([^)]*\) )?(ERROR|INFO|CRITICAL|DEBUG) [0-9-]+ [0-9:.]+ \[[^]]*\] //; s/^\s+//' <<<"$line")"
     printf '%.300s' "${line:-no output (log: $ENGINE_LOG)}"
 }
 
 failure_reason() {
     local code="$1" line
     line="$(last_meaningful_line)"
-    if ((code == 137)) || grep -qiE 'out of memory|OutOfMemoryError|Cannot allocate memory|No available memory for the cache blocks|Insufficient memory' "$ENGINE_LOG"; then
+    local memory='out of memory|OutOfMemoryError|Cannot allocate memory|can.t allocate memory|No available memory for the cache blocks|Insufficient memory|less than requested memory|not enough memory'
+    if ((code == 137)) || grep -qiE "$memory" "$ENGINE_LOG"; then
         printf 'engine ran out of memory (exit code %s; try a smaller MAX_MODEL_LEN, VLLM_CPU_KVCACHE_SPACE or GPU_MEMORY_UTILIZATION): %s' "$code" "$line"
     elif grep -qi 'address already in use' "$ENGINE_LOG"; then
         printf 'port %s on %s is already in use: %s' "$VLLM_PORT" "$VLLM_HOST" "$line"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -157,22 +158,29 @@ def build(out: Path) -> None:
     )
 
 
+def is_current(out: Path) -> bool:
+    marker = out / "EMBEDDED_MODEL.json"
+    return marker.exists() and json.loads(marker.read_text()).get("builder_version") == BUILDER_VERSION
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     out = Path(sys.argv[1])
-    if (out / "EMBEDDED_MODEL.json").exists():
-        meta = json.loads((out / "EMBEDDED_MODEL.json").read_text())
-        if meta.get("builder_version") == BUILDER_VERSION:
-            print(f"embedded model already built: {out}")
-            return
+    if is_current(out):
+        print(f"embedded model already built: {out}")
+        return
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    build(tmp)
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)  # atomic: a half-built directory is never mistaken for a model
+    try:
+        build(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)  # atomic: a half-built directory is never mistaken for a model
+    except OSError:
+        if not is_current(out):  # not a concurrent build that finished first
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted build leaves nothing behind
     print(f"embedded model built: {out}")
 
 

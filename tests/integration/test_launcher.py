@@ -35,11 +35,12 @@ def reasons(done: subprocess.CompletedProcess) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.startswith("launch_vllm.sh: error:")]
 
 
-def test_missing_model_path_is_refused_before_starting(tmp_path: Path) -> None:
-    missing = tmp_path / "no-such-model"
-    done, took = launch(tmp_path, MODEL=str(missing))
+def test_missing_model_path_is_refused_before_installing_or_starting(tmp_path: Path) -> None:
+    missing, venv = tmp_path / "no-such-model", tmp_path / "engine-venv"
+    done, took = launch(tmp_path, MODEL=str(missing), ENGINE_VENV=str(venv))
     assert done.returncode != 0
     assert reasons(done) == [f"launch_vllm.sh: error: model path not found: {missing}"]
+    assert not venv.exists(), "a typo in MODEL must not cost a vLLM install"
     assert "starting vLLM" not in done.stderr
     assert took < QUICK
 
@@ -73,4 +74,14 @@ def test_engine_that_dies_during_start_up_is_reported_with_its_own_reason(tmp_pa
     assert done.returncode != 0
     [reason] = reasons(done)
     assert "unrecognized arguments: --no-such-flag" in reason
+    assert took < 200
+
+
+def test_engine_that_runs_out_of_memory_is_reported_as_such(tmp_path: Path) -> None:
+    # Far more KV cache than any machine has: vLLM refuses at start-up (nothing is allocated).
+    done, took = launch(tmp_path, MODEL="embedded", VLLM_CPU_KVCACHE_SPACE="100000", ENGINE_START_TIMEOUT="250")
+    assert done.returncode != 0
+    [reason] = reasons(done)
+    assert reason.startswith("launch_vllm.sh: error: engine ran out of memory")
+    assert "VLLM_CPU_KVCACHE_SPACE" in reason
     assert took < 200

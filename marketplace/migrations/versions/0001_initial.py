@@ -3,7 +3,7 @@
 On PostgreSQL it also creates the extensions and functions the search uses:
 ``cube`` + ``earthdistance`` with a GiST index on ``ll_to_earth(lat, lng)`` of
 suppliers (the radius prefilter), ``pg_trgm`` with trigram indexes for the
-``lower(...) LIKE '%term%'`` text matching, and ``geodesic_km`` (Vincenty's
+``lower(... COLLATE "C") LIKE '%term%'`` text matching, and ``geodesic_km`` (Vincenty's
 inverse formula on WGS-84, agreeing with geopy's geodesic to well under a
 millimetre away from antipodes) so PostgreSQL orders by the same distance
 the API reports. ``earthdistance`` is not a trusted extension: the migrating
@@ -196,7 +196,7 @@ def upgrade() -> None:
         for column in ("name", "description"):
             op.execute(
                 f"CREATE INDEX ix_products_{column}_trgm ON products "
-                f"USING gin (lower({column}) gin_trgm_ops)"
+                f'USING gin (lower({column} COLLATE "C") gin_trgm_ops)'
             )
         op.execute("CREATE INDEX ix_products_tags_trgm ON products USING gin (tags_text gin_trgm_ops)")
         op.execute(GEODESIC_KM)

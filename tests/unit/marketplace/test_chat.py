@@ -221,8 +221,10 @@ async def test_a_broken_stream_stores_no_message(database_url):
             assert await count_rows(client, "messages") == 0
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
+@pytest.mark.parametrize("store", ["memory", "database"])
 async def test_streamed_chat_through_resumable_sessions_stores_the_answer(database_url, fake_engine, store):
+    if store == "database":  # the sessions' store in the marketplace's own database
+        store = "postgres" if database_url.startswith("postgresql") else "sqlite"
     settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url, session_store=store)
     async with running_app(settings) as client:
         user = await add_user(client)

@@ -12,6 +12,9 @@ Flow (three steps, so no database connection is held while the engine thinks):
 If the engine fails, nothing is stored: no conversation, no orphan question.
 The client may simply retry with the same ``session_id``.
 
+``stream: true`` follows the same plan through the gateway's streaming path:
+see ``marketplace.streaming``.
+
 The stored user message is the text as sent to the engine (after template
 tokens and control characters were removed); the assistant message records,
 in ``details``, which products the model was shown and what the engine said

@@ -10,7 +10,6 @@ from geopy.distance import geodesic
 from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
     JAKARTA,
     READ,
-    WRITE,
     add_product,
     add_supplier,
     client,

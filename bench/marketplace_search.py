@@ -159,9 +159,9 @@ async def main_async(args: argparse.Namespace) -> dict:
         url = f"sqlite+aiosqlite:///{directory}/bench.db"
         load_s = await load(url, suppliers, products)
         report["sqlite"] = {"load_s": load_s, "queries": await measure(url, runs=args.runs)}
-    async with throwaway_postgres() as url:
-        load_s = await load(url, suppliers, products)
-        report["postgresql"] = {"load_s": load_s, "queries": await measure(url, runs=args.runs)}
+    async with throwaway_postgres() as cluster:
+        load_s = await load(cluster.dsn, suppliers, products)
+        report["postgresql"] = {"load_s": load_s, "queries": await measure(cluster.dsn, runs=args.runs)}
     report["loadavg_end"] = os.getloadavg()[0]
     return report
 

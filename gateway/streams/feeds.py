@@ -70,14 +70,15 @@ class LocalFeed:
 
 
 class StoreFeed:
-    def __init__(self, manager: "SessionManager", record: StoredSession) -> None:
+    def __init__(self, manager: "SessionManager", record: StoredSession, *, checked: bool = False) -> None:
         self.manager = manager
         self.store = manager.store
         self.record = record
         self.done = False
         self.interrupted = False
         self._interrupt = asyncio.get_running_loop().create_future()
-        self._next_check = 0.0
+        # ``checked``: the caller just looked at the session and renewed the listener lease.
+        self._next_check = time.monotonic() + manager.check_interval if checked else 0.0
 
     async def next_frames(self, index: int) -> list[bytes]:
         record = self.record

@@ -60,8 +60,8 @@ class SessionManager:
         self._sessions: dict[SessionKey, Session] = {}
         self._by_gen: dict[int, Session] = {}
         self._finished: OrderedDict[SessionKey, Session] = OrderedDict()  # memory store only
-        self.writer = StoreWriter(store, interval=settings.session_flush_interval,
-                                  on_written=self._ending_written) if store is not None else None
+        self.writer = StoreWriter(store, interval=settings.session_flush_interval, on_written=self._ending_written,
+                                  on_fenced=self._fenced) if store is not None else None
         self._background: list[asyncio.Task] = []
         self._stopping = False
 
@@ -128,7 +128,10 @@ class SessionManager:
                 return _nothing_left(point.session_id)
             if start < record.count and not await self.store.read_frames(record.gen_id, start, max_chunks=1):
                 raise _evicted(start, None)
-        return self._response(StoreFeed(self, record), start, point.session_id)
+        else:
+            # Tell the producing replica at once that a client follows (it may be about to give up).
+            await self.store.touch_listener(record.gen_id, self.listener_lease)
+        return self._response(StoreFeed(self, record, checked=record.live), start, point.session_id)
 
     async def cancel(self, *, owner: str, session_id: str) -> dict:
         """Stop a generation (vLLM aborts it); every follower gets the cancelled ending."""
@@ -242,6 +245,14 @@ class SessionManager:
         self._evict_if_idle(session)
 
     def _ending_written(self, session: Session) -> None:
+        self._evict_if_idle(session)
+
+    def _fenced(self, session: Session) -> None:
+        """Another replica ended this generation (it took us for dead) or replaced it: stop."""
+        if session.live:
+            log.warning("session taken over in the store; stopping its generation here",
+                        extra={"session_id": session.session_id})
+            session.stop("fenced")
         self._evict_if_idle(session)
 
     def _evict_if_idle(self, session: Session) -> None:

@@ -151,6 +151,9 @@ def _ending(session: Session, saw_done: bool, failure: GatewayError | None) -> t
     if reason == "shutdown":
         message = "the gateway shut down during the generation"
         return "error", error_ending(prefix, index, message, code="gateway_shutdown"), message
+    if reason == "fenced":
+        message = "another gateway replica ended or replaced this generation"
+        return "error", error_ending(prefix, index, message, code="producer_lost"), message
     if reason is not None:
         ending = cancelled_ending(
             prefix, index, first_event=session.first_event, fallback_id=f"chatcmpl-{session.request_id}",

@@ -25,6 +25,7 @@ STOP_HOW = {
     "client_disconnected": "client_disconnect",
     "disconnect_timeout": "client_disconnect",
     "shutdown": "error",
+    "fenced": "error",
 }
 
 

@@ -24,10 +24,12 @@ RETRY_SECONDS = 1.0
 
 
 class StoreWriter:
-    def __init__(self, store: SessionStore, *, interval: float, on_written: Callable[[Session], None]) -> None:
+    def __init__(self, store: SessionStore, *, interval: float, on_written: Callable[[Session], None],
+                 on_fenced: Callable[[Session], None]) -> None:
         self.store = store
         self.interval = interval
         self.on_written = on_written
+        self.on_fenced = on_fenced
         self.flushes = 0
         self.flush_seconds = 0.0
         self._dirty: dict[int, Session] = {}
@@ -75,7 +77,7 @@ class StoreWriter:
             return
         started = time.perf_counter()
         try:
-            await self.store.write(batch)
+            fenced = await self.store.write(batch)
         except BaseException as exc:
             # Nothing is lost: the sessions stay dirty for the next flush (or the one at shutdown).
             for session, _, _ in written:
@@ -92,6 +94,10 @@ class StoreWriter:
         for session, end, ending in written:
             session.stored = True
             session.log.mark_persisted(end)
-            if ending:
+            if session.gen_id in fenced:
+                # The store no longer takes this generation's events: stop it here too.
+                session.ending_stored = True
+                self.on_fenced(session)
+            elif ending:
                 session.ending_stored = True
                 self.on_written(session)

@@ -90,8 +90,12 @@ class SessionStore(Protocol):
     async def claim(self, generation: NewGeneration) -> bool:
         """Make ``generation`` the session's current one, unless another live replica produces it."""
     async def discard(self, gen_id: int) -> None: ...
-    async def write(self, batch: Batch) -> None:
-        """Persist one batch in one transaction and tell followers on other replicas."""
+    async def write(self, batch: Batch) -> set[int]:
+        """Persist one batch in one transaction and tell followers on other replicas.
+
+        Returns the generations it refused to write: no longer live in the store, or
+        no longer this replica's (another replica ended it as an orphan, or replaced it).
+        """
     async def load(self, owner: str, session_id: str) -> StoredSession | None: ...
     async def read_frames(self, gen_id: int, start: int, *, max_chunks: int = 64) -> list[bytes]: ...
     async def end_orphan(self, gen_id: int, make_ending: EndingFactory) -> bool:

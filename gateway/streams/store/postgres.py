@@ -181,27 +181,39 @@ class PostgresStore:
             await db.execute("DELETE FROM stream_sessions WHERE gen_id = $1", gen_id)
         self.commits += 1
 
-    async def write(self, batch: Batch) -> None:
+    async def write(self, batch: Batch) -> set[int]:
+        fenced: set[int] = set()
         async with self._pool.acquire() as db, db.transaction():
             if batch.generations:
                 await db.executemany(_UPSERT_GENERATION, [
                     (g.owner, g.session_id, g.gen_id, g.named, self.replica) for g in batch.generations
                 ])
-            if batch.chunks:
-                await db.executemany(
-                    "INSERT INTO stream_chunks (gen_id, first_idx, last_idx, frames) VALUES ($1, $2, $3, $4) "
-                    "ON CONFLICT DO NOTHING",
-                    [(c.gen_id, c.first_idx, c.last_idx, c.frames) for c in batch.chunks],
-                )
-            if batch.endings:
-                await db.executemany(
-                    f"UPDATE stream_sessions SET status = 'ended', how = $1, count = $2, updated_at = {NOW} "
-                    "WHERE gen_id = $3 AND status = 'live'",
-                    [(e.how, e.count, e.gen_id) for e in batch.endings],
-                )
-            for payload in _notify_payloads({c.gen_id for c in batch.chunks}):
-                await db.execute("SELECT pg_notify($1, $2)", FRAMES_CHANNEL, payload)
+            touched = sorted({c.gen_id for c in batch.chunks} | {e.gen_id for e in batch.endings})
+            if touched:
+                # Fencing: only generations still live here and produced by this replica take
+                # writes; the row locks also order this flush with a concurrent end_orphan.
+                rows = await db.fetch(
+                    f"UPDATE stream_sessions SET updated_at = {NOW} WHERE gen_id = ANY($1::bigint[]) "
+                    "AND status = 'live' AND replica = $2 RETURNING gen_id", touched, self.replica)
+                live = {row[0] for row in rows}
+                fenced = set(touched) - live
+                chunks = [c for c in batch.chunks if c.gen_id in live]
+                endings = [e for e in batch.endings if e.gen_id in live]
+                if chunks:
+                    await db.executemany(
+                        "INSERT INTO stream_chunks (gen_id, first_idx, last_idx, frames) VALUES ($1, $2, $3, $4) "
+                        "ON CONFLICT DO NOTHING",
+                        [(c.gen_id, c.first_idx, c.last_idx, c.frames) for c in chunks],
+                    )
+                if endings:
+                    await db.executemany(
+                        f"UPDATE stream_sessions SET status = 'ended', how = $1, count = $2, updated_at = {NOW} "
+                        "WHERE gen_id = $3", [(e.how, e.count, e.gen_id) for e in endings],
+                    )
+                for payload in _notify_payloads({c.gen_id for c in chunks}):
+                    await db.execute("SELECT pg_notify($1, $2)", FRAMES_CHANNEL, payload)
         self.commits += 1
+        return fenced
 
     # --- reading ---------------------------------------------------------------------------------
     async def load(self, owner: str, session_id: str) -> StoredSession | None:

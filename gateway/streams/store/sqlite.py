@@ -160,24 +160,38 @@ class SQLiteStore:
             await db.execute("DELETE FROM stream_chunks WHERE gen_id = ?", (gen_id,))
             await db.execute("DELETE FROM stream_sessions WHERE gen_id = ?", (gen_id,))
 
-    async def write(self, batch: Batch) -> None:
+    async def write(self, batch: Batch) -> set[int]:
         now = time.time()
+        fenced: set[int] = set()
         async with self._transaction() as db:
             if batch.generations:
                 await db.executemany(_UPSERT_GENERATION, [
                     (g.owner, g.session_id, g.gen_id, int(g.named), self.replica, now, now) for g in batch.generations
                 ])
-            if batch.chunks:
+            touched = sorted({c.gen_id for c in batch.chunks} | {e.gen_id for e in batch.endings})
+            live: set[int] = set()
+            for start in range(0, len(touched), 500):
+                part = touched[start:start + 500]
+                # Fencing: only generations still live here and produced by this process take writes.
+                async with db.execute(
+                    f"UPDATE stream_sessions SET updated_at = ? WHERE gen_id IN ({','.join('?' * len(part))}) "
+                    "AND status = 'live' AND replica = ? RETURNING gen_id", (now, *part, self.replica),
+                ) as cursor:
+                    live.update(row[0] for row in await cursor.fetchall())
+            fenced = set(touched) - live
+            chunks = [(c.gen_id, c.first_idx, c.last_idx, c.frames) for c in batch.chunks if c.gen_id in live]
+            if chunks:
                 await db.executemany(
                     "INSERT OR IGNORE INTO stream_chunks (gen_id, first_idx, last_idx, frames) VALUES (?, ?, ?, ?)",
-                    [(c.gen_id, c.first_idx, c.last_idx, c.frames) for c in batch.chunks],
+                    chunks,
                 )
-            if batch.endings:
+            endings = [(e.how, e.count, now, e.gen_id) for e in batch.endings if e.gen_id in live]
+            if endings:
                 await db.executemany(
-                    "UPDATE stream_sessions SET status = 'ended', how = ?, count = ?, updated_at = ? "
-                    "WHERE gen_id = ? AND status = 'live'",
-                    [(e.how, e.count, now, e.gen_id) for e in batch.endings],
+                    "UPDATE stream_sessions SET status = 'ended', how = ?, count = ?, updated_at = ? WHERE gen_id = ?",
+                    endings,
                 )
+        return fenced
 
     # --- reading ---------------------------------------------------------------------
     async def load(self, owner: str, session_id: str) -> StoredSession | None:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.integration.streams.conftest import RUNNING, chat_body, wait_for_metric
+from tests.integration.streams.conftest import RUNNING, chat_body
 from tests.integration.streams.gateway_process import GatewayProcess
 from tests.unit.streams.sse_client import fresh_client, read_stream
 
@@ -37,7 +37,7 @@ def sqlite_env(tmp_path):
     return db, {"SESSION_STORE": "sqlite", "DATABASE_URL": f"sqlite:///{db}", "SESSION_LEASE_SECONDS": "2"}
 
 
-async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_end(idle_vllm_engine, tmp_path, sqlite_env):
+async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_end(idle_vllm_engine, probe, tmp_path, sqlite_env):
     engine = idle_vllm_engine
     db, env = sqlite_env
     first = await GatewayProcess(engine, tmp_path / "gw1.log", **env).start()
@@ -52,7 +52,7 @@ async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_
     finally:
         await first.stop(signal.SIGKILL)
     # The dead gateway's connection to vLLM closed with it: the engine aborts the generation.
-    await wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=2.0)
+    await probe.wait_for(RUNNING, lambda v: v == 0, timeout=2.0)
     stored = await asyncio.to_thread(persisted_events, db)
 
     second = await GatewayProcess(engine, tmp_path / "gw2.log", **env).start()
@@ -76,7 +76,7 @@ async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_
     assert again.status_code == 204
 
 
-async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_engine, tmp_path, sqlite_env):
+async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_engine, probe, tmp_path, sqlite_env):
     engine = idle_vllm_engine
     db, env = sqlite_env
     first = await GatewayProcess(engine, tmp_path / "gw1.log", **env).start()
@@ -88,7 +88,7 @@ async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_eng
         assert await first.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
     finally:
         await first.stop(signal.SIGKILL)
-    await wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=2.0)
+    await probe.wait_for(RUNNING, lambda v: v == 0, timeout=2.0)
 
     second = await GatewayProcess(engine, tmp_path / "gw2.log", **env).start()
     try:

@@ -121,5 +121,6 @@ def fresh_client(base_url: str, **kwargs) -> httpx.AsyncClient:
     Plain HTTP to localhost only, so no TLS context (loading CA certificates
     takes tens of milliseconds, enough to blur the timing tests look at).
     """
+    kwargs.setdefault("timeout", 60)  # a loaded machine can stall for seconds: not what is tested
     return httpx.AsyncClient(base_url=base_url, limits=httpx.Limits(max_keepalive_connections=0), verify=False,
                              **kwargs)

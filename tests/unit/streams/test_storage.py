@@ -178,3 +178,35 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
         await asyncio.sleep(0.1)
     assert len(results) == 1
     assert results[0].how == "completed" and results[0].text == "".join(f"t{i} " for i in range(30))
+
+
+async def test_a_generation_another_replica_ended_is_fenced_off_and_stopped_here(gateway, fake_engine):
+    """A replica wrongly taken for dead (a stalled heartbeat) must not keep writing after the takeover."""
+    from gateway.streams.frames import error_ending, id_prefix
+    from gateway.streams.store.sqlite import SQLiteStore
+
+    fake_engine.chunk_delay = 0.02
+    async with gateway(session_store="sqlite", session_lease_seconds=60) as (base, app), fresh_client(base) as client:
+        manager = app.state.sessions
+        reading = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
+                                                  json=chat(1000, session_id="fence-1")))
+        await until(lambda: (s := manager.local("local", "fence-1")) is not None and s.stored and s.log.persisted > 5)
+        session = manager.local("local", "fence-1")
+        other = SQLiteStore(app.state.settings.effective_sessions_database_url, replica="other",
+                            lease_seconds=60, poll_interval=0.05)
+        await other.open()
+        try:
+            await other._writer.execute("UPDATE stream_replicas SET heartbeat_at = 0 WHERE replica = ?",
+                                        (manager.replica,))  # as if its heartbeat had stalled
+            ended = await other.end_orphan(session.gen_id, lambda sid, i: (
+                "error", error_ending(id_prefix(sid), i, "taken over", code="producer_lost")))
+            got = await reading
+            stored = await other.read_frames(session.gen_id, 0, max_chunks=10_000)
+        finally:
+            await other.close()
+    assert ended
+    assert fake_engine.stream_aborted.is_set()  # the generation stopped here too
+    assert got.events[-2].json["error"]["code"] == "producer_lost" and got.dones == 1
+    # The store holds the takeover's ending last: nothing written after it by the fenced producer.
+    assert stored[-1].endswith(b"data: [DONE]\n\n") and b"taken over" in stored[-2]
+    assert [int(f.split(b"\n", 1)[0].rpartition(b":")[2]) for f in stored] == list(range(len(stored)))

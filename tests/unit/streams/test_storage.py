@@ -65,7 +65,7 @@ async def test_shutdown_mid_stream_persists_an_explicit_end(make_settings, fake_
 
 async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_settings):
     """A producer that vanished without writing an ending (a crash): its lease runs out."""
-    from gateway.streams.frames import frame, id_prefix
+    from gateway.streams.frames import frame, id_prefix, pack_frames
     from gateway.streams.store.base import Batch, Chunk, NewGeneration
     from gateway.streams.store.sqlite import SQLiteStore
 
@@ -76,7 +76,7 @@ async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_s
     frames = [frame(prefix, i, b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": f"w{i}"}}]}))
               for i in range(5)]
     await dead.write(Batch(generations=[NewGeneration("local", "crash-1", 42, True)],
-                           chunks=[Chunk(42, 0, 4, b"".join(frames))]))
+                           chunks=[Chunk(42, 0, 4, pack_frames(frames))]))
     await dead.close()  # no more heartbeats, no ending: as if killed
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         replay = await read_stream(client, "GET", "/v1/sessions/crash-1/events", timeout=10)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.errors import GatewayError
-from gateway.streams.frames import done_frame, error_ending, frame, id_prefix, split_frames
+from gateway.streams.frames import done_frame, error_ending, frame, id_prefix, pack_frames, split_frames, unpack_frames
 from gateway.streams.ids import new_session_id, parse_last_event_id
 from gateway.streams.log import EventLog
 from gateway.streams.store.base import Batch, Chunk, Ending, NewGeneration
@@ -90,6 +90,7 @@ def test_stored_frames_split_back_exactly():
     prefix = id_prefix("s-1")
     frames = [frame(prefix, 0, b'data: {"a":"x\\n\\ny"}'), *error_ending(prefix, 1, "bad\n\nthing", code="c")]
     assert split_frames(b"".join(frames)) == frames
+    assert unpack_frames(pack_frames(frames)) == frames
     assert frames[-1] == done_frame(prefix, 2)
 
 
@@ -119,7 +120,7 @@ async def test_a_live_session_cannot_be_claimed_by_another_replica(two_replicas)
     assert await a.claim(NewGeneration("k", "conv", 1, True))
     assert not await b.claim(NewGeneration("k", "conv", 2, True))   # a is alive and producing
     assert await b.claim(NewGeneration("other-key", "conv", 3, True))  # another key: another session
-    await a.write(Batch(chunks=[Chunk(1, 0, 1, frame(b"id: conv:", 0, b"data: {}") + done_frame(b"id: conv:", 1))],
+    await a.write(Batch(chunks=[Chunk(1, 0, 1, pack_frames([frame(b"id: conv:", 0, b"data: {}"), done_frame(b"id: conv:", 1)]))],
                         endings=[Ending(1, "completed", 2)]))
     assert await b.claim(NewGeneration("k", "conv", 4, True))  # ended: a new generation replaces it
     record = await a.load("k", "conv")
@@ -132,7 +133,7 @@ async def test_an_orphan_is_ended_exactly_once_and_live_ones_are_not_orphans(two
     dead = SQLiteStore(f"sqlite:///{tmp_path}/s.db", replica="replica-dead", lease_seconds=30, poll_interval=0.05)
     await dead.open()
     await dead.write(Batch(generations=[NewGeneration("k", "orphan", 7, True)],
-                           chunks=[Chunk(7, 0, 0, frame(b"id: orphan:", 0, b"data: {}"))]))
+                           chunks=[Chunk(7, 0, 0, pack_frames([frame(b"id: orphan:", 0, b"data: {}")]))]))
     await dead.retire()  # as if its heartbeat had run out
     await dead.close()
     assert await a.claim(NewGeneration("k", "alive", 8, False))

@@ -175,6 +175,7 @@ def render_chart(results: dict, path: Path) -> None:
         concurrency = [b["scenario"]["concurrency"] for b in blocks]
         names = list(blocks[0]["targets"])
         latency, ratio = axes[0][column], axes[1][column]
+        highest = 1.0
         for name in names:
             label = "direct" if name == DIRECT else VARIANT_NAMES.get(name, name)
             p50 = [b["targets"][name]["median"]["latency_p50_ms"] for b in blocks]
@@ -184,8 +185,9 @@ def render_chart(results: dict, path: Path) -> None:
                          label=f"{label} p99")
             if name != DIRECT:
                 field = "chunks_per_s_ratio" if mode == "stream" else "rps_ratio"
-                ratio.plot(concurrency, [b["targets"][name]["vs_direct"][field] for b in blocks],
-                           marker="o", color=line.get_color(), label=label)
+                ratios = [b["targets"][name]["vs_direct"][field] for b in blocks]
+                highest = max([highest, *(r for r in ratios if r is not None)])
+                ratio.plot(concurrency, ratios, marker="o", color=line.get_color(), label=label)
         latency.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="latency (ms)",
                     title=f"{mode}: end-to-end latency")
         latency.set_xticks(concurrency, [str(c) for c in concurrency])
@@ -193,7 +195,7 @@ def render_chart(results: dict, path: Path) -> None:
         ratio.axhline(1.0, color="grey", linewidth=0.8)
         bound = 0.6 if mode == "stream" else 0.75
         ratio.axhline(bound, color="red", linestyle=":", linewidth=1, label=f"target {bound}x")
-        ratio.set(xscale="log", ylim=(0, 1.15), xlabel="concurrency",
+        ratio.set(xscale="log", ylim=(0, highest * 1.15), xlabel="concurrency",
                   ylabel="chunks/s ratio" if mode == "stream" else "req/s ratio",
                   title=f"{mode}: gateway / direct throughput")
         ratio.set_xticks(concurrency, [str(c) for c in concurrency])

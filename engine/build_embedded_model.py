@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
 CORPUS_MODULES = [
@@ -33,6 +33,9 @@ CORPUS_MODULES = [
 
 # ChatML, as Qwen's checkpoints use it, including the hermes-style tool block
 # so `--tool-call-parser hermes` sees the same structure as with a real model.
+# Message content is rendered as a string (vLLM's "string" content format, as
+# with Qwen's own templates): a template that loops over content parts makes
+# vLLM pass every message as a list of parts, which this one would print raw.
 CHAT_TEMPLATE = """{%- if tools %}<|im_start|>system
 {%- if messages[0].role == 'system' %}
 {{ messages[0].content }}
@@ -63,14 +66,7 @@ For each function call, return a json object with function name and arguments wi
 {{ message.content }}
 </tool_response><|im_end|>
 {% else %}<|im_start|>{{ message.role }}
-{%- if message.content is string %}
-{{ message.content }}
-{%- elif message.content %}
-{%- for part in message.content %}{%- if part.type == 'text' %}
-{{ part.text }}
-{%- endif %}{%- endfor %}
-{%- else %}
-{% endif %}
+{{ message.content if message.content is string else '' }}
 {%- if message.tool_calls %}
 {%- for call in message.tool_calls %}
 <tool_call>

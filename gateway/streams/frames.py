@@ -45,6 +45,12 @@ def error_ending(prefix: bytes, index: int, message: str, *, code: str) -> list[
     return [error_frame(message, code=code, event_id=event_id), done_frame(prefix, index + 1)]
 
 
+def producer_lost_ending(session_id: str, index: int) -> list[bytes]:
+    """How a generation whose producer died is ended by whoever notices."""
+    message = "the generation was interrupted: the gateway producing it stopped"
+    return error_ending(id_prefix(session_id), index, message, code="producer_lost")
+
+
 def cancelled_event(*, first_event: bytes | None, fallback_id: str, model: object, choices: int, reason: str) -> bytes:
     """A ``chat.completion.chunk`` whose every choice ends with finish_reason "cancelled".
 

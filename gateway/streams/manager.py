@@ -31,10 +31,12 @@ from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.openai.prepare import PreparedRequest
 from gateway.streams import frames as F
+from gateway.streams import replies as R
 from gateway.streams.feeds import FeedBroken, LocalFeed, StoreFeed
 from gateway.streams.ids import ResumePoint, new_session_id, resume_point_of
+from gateway.streams.maintenance import maintain
 from gateway.streams.producer import Generation, produce
-from gateway.streams.response import SESSION_HEADER, SessionStreamResponse
+from gateway.streams.response import SessionStreamResponse
 from gateway.streams.session import Session, SessionKey
 from gateway.streams.store.base import NewGeneration, SessionStore, StoredSession
 from gateway.streams.writer import StoreWriter
@@ -69,10 +71,10 @@ class SessionManager:
     async def start(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
         if self.store is not None:
-            self.store.on_cancel_request = self._cancel_requested_elsewhere
+            self.store.on_cancel_request = self.cancel_requested_elsewhere
             await self.store.open()
             self._background.append(loop.create_task(self.writer.run(), name="sessions-writer"))
-        self._background.append(loop.create_task(self._maintain(), name="sessions-maintenance"))
+        self._background.append(loop.create_task(maintain(self), name="sessions-maintenance"))
 
     async def stop(self) -> None:
         """Stop every generation (ended with an explicit error event), persist, close."""
@@ -110,27 +112,28 @@ class SessionManager:
         start = point.next_index
         session = self._sessions.get(key)
         if session is not None:
-            _check_position(start, session.log.next_index, ended=not session.live)
+            R.check_position(start, session.log.next_index, ended=not session.live)
             if start < session.log.base and self.store is None:
-                raise _evicted(start, session.log.base)
+                raise R.evicted(start, session.log.base)
             if start == session.log.next_index and not session.live:
-                return _nothing_left(point.session_id)
+                return R.nothing_left(point.session_id)
             session.attach()
             session.named = True  # resuming is asking for the session to survive disconnects
             return self._response(LocalFeed(self, session, start), start, point.session_id)
-        record = await self._load(owner, point.session_id)
-        if record.live and not record.producer_alive:
-            await self.end_orphan(record)
+        with _store_errors():
             record = await self._load(owner, point.session_id)
-        if not record.live:
-            _check_position(start, record.count, ended=True)
-            if start == record.count:
-                return _nothing_left(point.session_id)
-            if start < record.count and not await self.store.read_frames(record.gen_id, start, max_chunks=1):
-                raise _evicted(start, None)
-        else:
-            # Tell the producing replica at once that a client follows (it may be about to give up).
-            await self.store.touch_listener(record.gen_id, self.listener_lease)
+            if record.live and not record.producer_alive:
+                await self.end_orphan(record)
+                record = await self._load(owner, point.session_id)
+            if not record.live:
+                R.check_position(start, record.count, ended=True)
+                if start == record.count:
+                    return R.nothing_left(point.session_id)
+                if start < record.count and not await self.store.read_frames(record.gen_id, start, max_chunks=1):
+                    raise R.evicted(start, None)
+            else:
+                # Tell the producing replica at once that a client follows (it may be about to give up).
+                await self.store.touch_listener(record.gen_id, self.listener_lease)
         return self._response(StoreFeed(self, record, checked=record.live), start, point.session_id)
 
     async def cancel(self, *, owner: str, session_id: str) -> dict:
@@ -141,18 +144,19 @@ class SessionManager:
                 session.stop(F.CANCEL_REQUEST)
                 if session.task is not None:
                     await asyncio.wait((session.task,), timeout=STOP_WAIT_SECONDS)
-                return _cancel_result(session_id, session.how, cancelled=session.how == "cancelled")
-            return _cancel_result(session_id, session.how, cancelled=False)
-        record = await self._load(owner, session_id)
-        if not record.live:
-            return _cancel_result(session_id, record.how, cancelled=False)
-        if record.producer_alive:
-            await self.store.request_cancel(record.gen_id)
-            record = await self._wait_remote_end(record)
-        else:
-            await self.store.end_orphan(record.gen_id, self._cancelled_ending)
+                return R.cancel_result(session_id, session.how, cancelled=session.how == "cancelled")
+            return R.cancel_result(session_id, session.how, cancelled=False)
+        with _store_errors():
             record = await self._load(owner, session_id)
-        return _cancel_result(session_id, record.how, cancelled=record.how == "cancelled")
+            if not record.live:
+                return R.cancel_result(session_id, record.how, cancelled=False)
+            if record.producer_alive:
+                await self.store.request_cancel(record.gen_id)
+                record = await self._wait_remote_end(record)
+            else:
+                await self.store.end_orphan(record.gen_id, self._cancelled_ending)
+                record = await self._load(owner, session_id)
+        return R.cancel_result(session_id, record.how, cancelled=record.how == "cancelled")
 
     async def describe(self, *, owner: str, session_id: str) -> dict:
         """The state of a session's current generation (404 if unknown)."""
@@ -173,7 +177,7 @@ class SessionManager:
         key = SessionKey(principal.key_id, prepared.session_id or new_session_id())
         current = self._sessions.get(key)
         if current is not None and current.live:
-            raise _busy(key.session_id)
+            raise R.busy(key.session_id)
         choices = prepared.payload.get("n")
         session = Session(
             key, named=named, ring_size=self.settings.session_ring_size, persistent=self.store is not None,
@@ -185,14 +189,14 @@ class SessionManager:
         if named and self.store is not None:
             # Another replica may be producing this session id right now: ask the store.
             try:
-                claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, session.gen_id, True))
-            except Exception as exc:
+                with _store_errors():
+                    claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, session.gen_id, True))
+            except GatewayError:
                 self._forget(session)
-                log.exception("session store unavailable")
-                raise GatewayError(503, "the session store is unavailable", code="session_store_unavailable") from exc
+                raise
             if not claimed:
                 self._forget(session)
-                raise _busy(key.session_id)
+                raise R.busy(key.session_id)
             session.stored = True
         session.attach()
         job = Generation(
@@ -297,7 +301,7 @@ class SessionManager:
         else:
             session.stop(F.DISCONNECT_TIMEOUT)
 
-    def _cancel_requested_elsewhere(self, gen_id: int) -> None:
+    def cancel_requested_elsewhere(self, gen_id: int) -> None:
         session = self._by_gen.get(gen_id)
         if session is not None and session.live:
             session.stop(F.CANCEL_REQUEST)
@@ -320,8 +324,7 @@ class SessionManager:
                         extra={"session_id": record.session_id, "replica": record.replica})
 
     def _interrupted_ending(self, session_id: str, index: int) -> tuple[str, list[bytes]]:
-        message = "the generation was interrupted: the gateway producing it stopped"
-        return "error", F.error_ending(F.id_prefix(session_id), index, message, code="producer_lost")
+        return "error", F.producer_lost_ending(session_id, index)
 
     def _cancelled_ending(self, session_id: str, index: int) -> tuple[str, list[bytes]]:
         return "cancelled", F.cancelled_ending(
@@ -330,14 +333,11 @@ class SessionManager:
 
     async def _load(self, owner: str, session_id: str) -> StoredSession:
         if self.store is None:
-            raise _unknown(session_id)
-        try:
+            raise R.unknown(session_id)
+        with _store_errors():
             record = await self.store.load(owner, session_id)
-        except Exception as exc:
-            log.exception("session store unavailable")
-            raise GatewayError(503, "the session store is unavailable", code="session_store_unavailable") from exc
         if record is None:
-            raise _unknown(session_id)
+            raise R.unknown(session_id)
         return record
 
     async def _wait_remote_end(self, record: StoredSession) -> StoredSession:
@@ -348,28 +348,10 @@ class SessionManager:
         return record
 
     # --- maintenance -----------------------------------------------------------------------------
-    async def _maintain(self) -> None:
-        """Heartbeat, cancel requests from other processes, garbage collection."""
-        ttl = self.settings.sessions_ttl_seconds
-        gc_every = min(60.0, max(1.0, ttl / 10))
-        tick = min(0.25, self.check_interval)
-        next_beat = next_gc = 0.0
-        while True:
-            now = time.monotonic()
-            try:
-                if self.store is not None:
-                    if now >= next_beat:
-                        next_beat = now + self.check_interval
-                        await self.store.heartbeat()
-                    if any(s.live for s in self._by_gen.values()):
-                        for gen_id in await self.store.pending_cancels():
-                            self._cancel_requested_elsewhere(gen_id)
-                if now >= next_gc:
-                    next_gc = now + gc_every
-                    await self.collect_garbage()
-            except Exception:
-                log.exception("session maintenance failed")
-            await asyncio.sleep(tick)
+    @property
+    def producing(self) -> bool:
+        """Whether this process produces any live generation."""
+        return any(session.live for session in self._by_gen.values())
 
     async def collect_garbage(self) -> None:
         """Forget finished sessions older than the TTL; end generations whose producer died."""
@@ -398,33 +380,13 @@ def _ignore(session: Session) -> None:
     return None
 
 
-def _check_position(start: int, count: int, *, ended: bool) -> None:
-    if start > count:
-        state = "finished with" if ended else "has produced"
-        raise GatewayError(400, f"Last-Event-ID index {start - 1} is past the session's last event: it {state} "
-                                f"{count} event(s) (indices 0..{count - 1})", param="last_event_id",
-                           code="invalid_last_event_id")
-
-
-def _nothing_left(session_id: str) -> Response:
-    # 204 also tells a browser's EventSource to stop reconnecting.
-    return Response(status_code=204, headers={SESSION_HEADER.decode(): session_id})
-
-
-def _evicted(start: int, first_kept: int | None) -> GatewayError:
-    kept = f"; the oldest event kept is {first_kept}" if first_kept is not None else ""
-    return GatewayError(410, f"event {start} of this session is no longer available{kept}",
-                        param="last_event_id", code="events_evicted")
-
-
-def _unknown(session_id: str) -> GatewayError:
-    return GatewayError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
-
-
-def _busy(session_id: str) -> GatewayError:
-    return GatewayError(409, f"session {session_id!r} is still generating: resume it with Last-Event-ID, "
-                             "or cancel it first", param="session_id", code="session_busy")
-
-
-def _cancel_result(session_id: str, how: str | None, *, cancelled: bool) -> dict:
-    return {"session_id": session_id, "object": "session.cancel", "cancelled": cancelled, "status": how or "live"}
+@contextlib.contextmanager
+def _store_errors():
+    """A store that fails (database down) is a 503 for the client, never a 500."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except Exception as exc:
+        log.exception("session store unavailable")
+        raise R.store_unavailable() from exc

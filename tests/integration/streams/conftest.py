@@ -15,8 +15,6 @@ from gateway.config import Settings
 from tests.fixtures.engine import parse_prometheus
 from tests.fixtures.servers import serve_uvicorn
 
-pytestmark = [pytest.mark.integration, pytest.mark.engine]
-
 RUNNING = "vllm:num_requests_running"
 
 

@@ -210,3 +210,14 @@ async def test_a_generation_another_replica_ended_is_fenced_off_and_stopped_here
     # The store holds the takeover's ending last: nothing written after it by the fenced producer.
     assert stored[-1].endswith(b"data: [DONE]\n\n") and b"taken over" in stored[-2]
     assert [int(f.split(b"\n", 1)[0].rpartition(b":")[2]) for f in stored] == list(range(len(stored)))
+
+
+async def test_a_failing_store_is_a_503_never_a_500(gateway):
+    async with gateway(session_store="sqlite") as (base, app), fresh_client(base) as client:
+        store = app.state.sessions.store
+        await in_server(app, store._reader.close)  # the database became unreadable
+        resume = await client.get("/v1/sessions/somewhere/events")
+        cancel = await client.post("/v1/cancel/somewhere")
+    for response in (resume, cancel):
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "session_store_unavailable"

@@ -18,7 +18,7 @@ from tests.integration.gateway.conftest import GATEWAY_KEY, gateway_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
-LONG = 4000  # tokens: several seconds of generation on the CPU engine
+LONG = 8000  # tokens: 8-16 s of generation on the CPU engine, far longer than any test step
 HEADERS = {"authorization": f"Bearer {GATEWAY_KEY}"}
 
 
@@ -56,7 +56,9 @@ async def test_stream_disconnect_aborts_generation(gateway, idle_vllm_engine):
             async for line in response.aiter_lines():
                 lines += line.startswith("data: ")
                 if lines >= 5:
-                    break  # the client walks away mid-stream
+                    # Still generating when the client walks away: the abort is what is tested.
+                    assert (await engine.ametrics())["vllm:num_requests_running"] == 1
+                    break
     cut_at = time.monotonic()
     await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=2.0)
     abort_seconds = time.monotonic() - cut_at

@@ -57,7 +57,7 @@ async def test_stream_disconnect_aborts_generation(gateway, idle_vllm_engine):
                 lines += line.startswith("data: ")
                 if lines >= 5:
                     # Still generating when the client walks away: the abort is what is tested.
-                    assert (await engine.ametrics())["vllm:num_requests_running"] == 1
+                    assert (await engine.ametrics())["vllm:num_requests_running"] >= 1
                     break
     cut_at = time.monotonic()
     await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=2.0)

@@ -189,15 +189,19 @@ async def wait_healthy(server: ServerProcess, *, health_path: str, timeout: floa
 
 
 async def stop_server(server: ServerProcess, *, grace: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    """SIGTERM, then SIGKILL after ``grace`` seconds (or at once if cancelled meanwhile)."""
     if server.process.returncode is not None:
         return
-    server.process.send_signal(signal.SIGTERM)
     try:
+        server.process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(server.process.wait(), grace)
-    except asyncio.TimeoutError:
-        server.process.kill()
-        await server.process.wait()
+    except ProcessLookupError:
+        return
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        # Also when the run itself is being cancelled: never leave a server behind.
+        with contextlib.suppress(ProcessLookupError):
+            server.process.kill()
+        await asyncio.shield(server.process.wait())
 
 
 async def start_fake_upstream(*, log_dir: Path, cores: frozenset[int] | None,

@@ -71,9 +71,8 @@ async def measure(*, clients: list[str], rounds: int, duration: float, warmup: f
             by_scenario[scenario.key] = {"scenario": scenario.__dict__,
                                          "targets": summarise_scenario(raw)}
     finally:
-        for relay in relays.values():
-            await stop_server(relay)
-        await stop_server(upstream)
+        for server in [*relays.values(), upstream]:
+            await stop_server(server)
     return {"pinning": pinning.describe(), "loadavg_start": loadavg_start,
             "loadavg_end": _loadavg(), "rounds": rounds,
             "duration_s": duration, "warmup_s": warmup, "clients": clients,

@@ -173,9 +173,8 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
                                    "error": f"exited with {gateway.process.returncode} during "
                                             f"the run:\n{gateway.log_tail()}"}
     finally:
-        for gateway in gateways.values():
-            await stop_server(gateway)
-        await stop_server(upstream)
+        for server in [*gateways.values(), upstream]:
+            await stop_server(server)
     return by_scenario
 
 

@@ -95,20 +95,26 @@ def _engine_rows(results: dict) -> list[str]:
     if "skipped" in engine:
         return [f"Real engine: skipped ({engine['skipped']})."]
     lines = [f"Real engine at {engine.get('url')} (model `{engine.get('model')}`), "
-             f"{engine.get('rounds')} interleaved rounds of {engine.get('duration_s')} s:", "",
+             f"{engine.get('rounds')} interleaved rounds of {engine.get('duration_s')} s. The "
+             "gateway is not pinned here: the CPU engine uses every core, and the gateway "
+             "competes with it for CPU. \"Engine requests by others\": requests the engine "
+             "finished for other clients during the measured windows (from its "
+             "`vllm:request_success_total`); non-zero means a shared, disturbed engine.", "",
              "| scenario | variant | direct req/s | gateway req/s | req/s ratio "
-             "| chunks/s ratio | p50 added ms | TTFT p50 added ms | errors |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| chunks/s ratio | p50 added ms | TTFT p50 added ms | errors "
+             "| engine requests by others |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for variant, block in engine.get("variants", {}).items():
         if "error" in block:
-            lines.append(f"| - | {variant} | failed: {block['error']} | | | | | | |")
+            lines.append(f"| - | {variant} | failed: {block['error']} | | | | | | | |")
             continue
         for key, s in block["by_scenario"].items():
             lines.append(
                 f"| {key} | {VARIANT_NAMES.get(variant, variant)} | {s['direct_rps']:.1f} | "
                 f"{s['gateway_rps']:.1f} | {_f(s['rps_ratio'])} | "
                 f"{_f(s['chunks_per_s_ratio'])} | {_f(s['added_p50_ms'], sign=True)} | "
-                f"{_f(s['added_ttft_p50_ms'], sign=True)} | {s['errors']} |")
+                f"{_f(s['added_ttft_p50_ms'], sign=True)} | {s['errors']} | "
+                f"{_f(s.get('engine_requests_by_others'), '.0f')} |")
     return lines
 
 

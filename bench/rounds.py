@@ -20,7 +20,8 @@ DIRECT = "direct"
 
 _MEDIAN_FIELDS = ("rps", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "ttft_p50_ms",
                   "ttft_p99_ms", "chunks_per_s", "server_cpu_us_per_request",
-                  "load_cpu_us_per_request", "others_cpu_share")
+                  "load_cpu_us_per_request", "others_cpu_share",
+                  "upstream_requests_by_others")
 _SUM_FIELDS = ("requests", "errors", "chunks")
 
 
@@ -36,11 +37,19 @@ class Target:
 
 
 async def measure_round(*, target: Target, scenario: Scenario, model: str, duration: float,
-                        warmup: float, load_servers: list[ServerProcess] = ()) -> dict:
-    """One measured run against one target, with CPU use per request (measured window only)."""
+                        warmup: float, load_servers: list[ServerProcess] = (),
+                        upstream_counter=None) -> dict:
+    """One measured run against one target, with CPU use per request (measured window only).
+
+    ``upstream_counter`` (async, returns the upstream's finished-request count) lets the
+    result say how many requests the upstream finished for somebody else meanwhile.
+    """
     before = []
+    counted_before = []
 
     async def note_cpu() -> None:
+        if upstream_counter is not None:
+            counted_before.append(await upstream_counter())
         before.append(await snapshot(load_servers=list(load_servers), server=target.process,
                                      companions=target.companions))
 
@@ -51,20 +60,27 @@ async def measure_round(*, target: Target, scenario: Scenario, model: str, durat
                            companions=target.companions)
     # Requests still in flight when the window closes add a little to the CPU figures.
     result |= usage_between(before[0], after, requests=result["requests"])
+    if upstream_counter is not None:
+        counted_after = await upstream_counter()
+        result["upstream_requests_by_others"] = (
+            None if counted_after is None or counted_before[0] is None
+            # Requests in flight at either edge of the window make this approximate.
+            else max(0.0, counted_after - counted_before[0] - result["requests"]))
     return result
 
 
 async def measure_interleaved(*, targets: list[Target], scenario: Scenario, model: str,
                               rounds: int, duration: float, warmup: float,
                               load_servers: list[ServerProcess] = (),
-                              on_round=None) -> dict[str, list[dict]]:
+                              upstream_counter=None, on_round=None) -> dict[str, list[dict]]:
     """``rounds`` rounds, each visiting every target once in order; raw results per target."""
     results: dict[str, list[dict]] = {target.name: [] for target in targets}
     for round_index in range(rounds):
         for target in targets:
             result = await measure_round(target=target, scenario=scenario, model=model,
                                          duration=duration, warmup=warmup,
-                                         load_servers=load_servers)
+                                         load_servers=load_servers,
+                                         upstream_counter=upstream_counter)
             results[target.name].append(result)
             if on_round is not None:
                 on_round(round_index, target.name, result)

@@ -27,6 +27,7 @@ import aiohttp
 from bench.loadgen import Scenario
 from bench.machine import REPO_ROOT, machine_info
 from bench.cpu import wait_until_quiet
+from bench.engine_probe import EngineCounter
 from bench.memory import measure_open_streams
 from bench.postgres import PostgresUnavailable, throwaway_postgres
 from bench.procs import (PYTHON, Pinning, ServerFailedToStart, ServerProcess, boost_priority,
@@ -130,6 +131,14 @@ def _print_round(round_index: int, name: str, result: dict) -> None:
           f"ttft {'-' if ttft is None else f'{ttft:.2f}':>6}  "
           f"chunks/s {result['chunks_per_s']:8.0f}  errors {result['errors']}  "
           f"others' CPU {_percent(result.get('others_cpu_share'))}", flush=True)
+
+
+def _print_engine_round(round_index: int, name: str, result: dict) -> None:
+    _print_round(round_index, name, result)
+    others = result.get("upstream_requests_by_others")
+    if others:
+        print(f"    the engine finished ~{others:.0f} requests for somebody else meanwhile",
+              flush=True)
 
 
 def _percent(share: float | None) -> str:
@@ -259,13 +268,17 @@ async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tm
                 raw = await measure_interleaved(
                     targets=targets, scenario=scenario, model=model, rounds=plan.rounds,
                     duration=plan.engine_duration, warmup=min(plan.warmup, 1.0),
-                    on_round=_print_round)
+                    upstream_counter=EngineCounter(engine_url), on_round=_print_engine_round)
                 summary = summarise_scenario(raw)
                 direct, relayed = summary[DIRECT]["median"], summary[variant]
                 by_scenario[scenario.key] = {
                     "direct_rps": direct["rps"], "gateway_rps": relayed["median"]["rps"],
                     **relayed["vs_direct"],
-                    "errors": direct["errors"] + relayed["median"]["errors"], "raw": summary}
+                    "errors": direct["errors"] + relayed["median"]["errors"],
+                    "engine_requests_by_others": sum(
+                        run.get("upstream_requests_by_others") or 0
+                        for runs in raw.values() for run in runs),
+                    "raw": summary}
         finally:
             await stop_server(gateway)
         out["variants"][variant] = {"by_scenario": by_scenario}

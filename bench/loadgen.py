@@ -23,6 +23,8 @@ from bench.sse import SseCounter
 from bench.stats import percentile
 
 PROMPT = "Write a short note about benchmarks."
+MIN_REQUESTS_PER_WORKER = 5  # a measured window lasts at least this many typical requests
+MAX_DURATION_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,13 @@ async def run_load(*, base_url: str, model: str, scenario: Scenario, duration: f
     expected = scenario.max_tokens if scenario.stream and scenario.exact_chunks else None
     async with new_session(scenario.concurrency, headers=headers) as session:
         if warmup > 0:
+            warm = _Recorder(expected)
             await _closed_loop(session, url, body, scenario.stream, scenario.concurrency,
-                               warmup, _Recorder(expected))
+                               warmup, warm)
+            # Long requests (e.g. 256 streams of 256 chunks) need a longer window, or the
+            # figures depend on how the last few requests straddle its end.
+            typical = percentile(warm.latencies, 50)
+            duration = min(max(duration, MIN_REQUESTS_PER_WORKER * typical), MAX_DURATION_S)
         if before_measuring is not None:
             await before_measuring()
         record = _Recorder(expected)

@@ -133,7 +133,9 @@ def render_markdown(results: dict) -> str:
         f"{results['loadavg_start']} / {results['loadavg_end']}.",
         "",
         f"{config['rounds']} interleaved rounds (direct, then each gateway variant) of "
-        f"{config['duration']:g} s per target after {config['warmup']:g} s warm-up. Ratios "
+        f"{config['duration']:g} s per target (longer when needed: a window lasts at least 5 "
+        f"typical requests, as measured in the warm-up) after {config['warmup']:g} s warm-up. "
+        "Ratios "
         "and added milliseconds are computed per round against the direct run of the same "
         "round, then the median across rounds is reported; raw figures are medians across "
         f"rounds. Non-streaming: max_tokens {config['nonstream_tokens']}; streaming: "

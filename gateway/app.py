@@ -21,6 +21,7 @@ from gateway.engine import EngineState
 from gateway.errors import install_error_handlers
 from gateway.metrics import Metrics
 from gateway.middleware import GatewayMiddleware
+from gateway.openai.fastpath import FAST_PATHS, serve_fast
 from gateway.openai.routes import router as openai_router
 from gateway.routes.health import router as health_router
 from gateway.upstream import UpstreamClient
@@ -71,6 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,
         access_log=settings.access_log,
+        fast_paths=frozenset(FAST_PATHS),
+        serve_fast=serve_fast,
     )
     return app
 

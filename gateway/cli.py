@@ -40,6 +40,10 @@ def main() -> None:
         log_config=None,
         access_log=False,
         timeout_keep_alive=75,  # longer than typical client/proxy idle timeouts
+        # No X-Forwarded-* rewriting: the gateway logs no client addresses, and the
+        # middleware uvicorn adds for it costs time on every request.
+        proxy_headers=False,
+        server_header=False,
         timeout_graceful_shutdown=10,
     )
 

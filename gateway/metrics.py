@@ -51,7 +51,20 @@ class Metrics:
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Failures talking to the engine, by kind", ["kind"], registry=r
         )
+        self._request_children: dict[tuple[str, int], tuple] = {}
         self.engine_ready = Gauge("gateway_engine_ready", "1 when the engine answers health and lists models", registry=r)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one answered request; label children are cached (``labels()`` is not free)."""
+        key = (route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children[key] = (
+                self.requests.labels(route, str(status)),
+                self.duration.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def count_usage(self, key_id: str, usage: dict | None) -> None:
         if not usage:

@@ -44,6 +44,8 @@ class GatewayMiddleware:
         max_body_bytes: int,
         metrics_require_auth: bool,
         access_log: bool = True,
+        fast_paths: frozenset[str] = frozenset(),
+        serve_fast=None,
     ) -> None:
         self.app = app
         self.keyring = keyring
@@ -52,6 +54,9 @@ class GatewayMiddleware:
         self.max_body_bytes = max_body_bytes
         self.public = ALWAYS_PUBLIC if metrics_require_auth else ALWAYS_PUBLIC | {"/metrics"}
         self.access_log = access_log
+        # POST routes served without FastAPI's router (see gateway/openai/fastpath.py).
+        self.fast_paths = fast_paths
+        self.serve_fast = serve_fast
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -116,7 +121,10 @@ class GatewayMiddleware:
                 return
             if content_length is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 receive = self._limited(receive)
-            await self.app(scope, receive, send_with_headers)
+            if path in self.fast_paths and scope["method"] == "POST":
+                await self.serve_fast(scope, receive, send_with_headers, state["principal"])
+            else:
+                await self.app(scope, receive, send_with_headers)
         finally:
             if admitted:
                 self.admission.leave(key_id)
@@ -124,8 +132,7 @@ class GatewayMiddleware:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             route_label = getattr(route, "path", "unmatched")
-            metrics.requests.labels(route_label, str(status_holder[0])).inc()
-            metrics.duration.labels(route_label).observe(elapsed)
+            metrics.observe_request(route_label, status_holder[0], elapsed)
             if self.access_log:
                 log.info(
                     "request",

@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from gateway.config import Settings
 from gateway.errors import GatewayError
@@ -125,6 +126,7 @@ class UpstreamClient:
         self.base_url = settings.vllm_base_url
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # parsed once per path: yarl parsing is per-request cost
         self._headers = {"content-type": "application/json"}
         if settings.vllm_api_key is not None and settings.vllm_api_key.get_secret_value():
             self._headers["authorization"] = f"Bearer {settings.vllm_api_key.get_secret_value()}"
@@ -162,6 +164,12 @@ class UpstreamClient:
             raise RuntimeError("UpstreamClient.start() was not awaited")
         return self._session
 
+    def url(self, path: str) -> URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.base_url + path)
+        return url
+
     def _request_headers(self, request_id: str | None) -> dict[str, str]:
         if request_id is None:
             return self._headers
@@ -183,7 +191,7 @@ class UpstreamClient:
             kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, connect=min(timeout, self._timeout.connect or timeout))
         try:
             async with self.session.request(
-                method, self.base_url + path, data=body, headers=self._request_headers(request_id), **kwargs
+                method, self.url(path), data=body, headers=self._request_headers(request_id), **kwargs
             ) as response:
                 payload = await response.read()
                 return response.status, payload, time.perf_counter() - started
@@ -194,7 +202,7 @@ class UpstreamClient:
         """POST ``body`` and return once the engine's response headers are in."""
         try:
             response = await self.session.post(
-                self.base_url + path, data=body, headers=self._request_headers(request_id)
+                self.url(path), data=body, headers=self._request_headers(request_id)
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise translate_client_error(exc) from exc

@@ -54,6 +54,12 @@ async def send_json_error(scope: Scope, send: Send, error: GatewayError) -> None
     await send({"type": "http.response.body", "body": body})
 
 
+def _absorb_late_cancel(task: asyncio.Task) -> None:
+    """A disconnect that landed after the engine answered: take back its cancel request."""
+    while task.cancelling():
+        task.uncancel()
+
+
 class RelayJSONResponse(Response):
     """A non-streamed completion: the engine's JSON answer, relayed byte for byte."""
 
@@ -65,18 +71,19 @@ class RelayJSONResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = self.ctx
-        call = asyncio.get_running_loop().create_task(
-            ctx.upstream.request_bytes("POST", self.prepared.path, self.prepared.body, request_id=ctx.request_id)
-        )
-        watcher = DisconnectWatcher(receive, call.cancel).start()
+        task = asyncio.current_task()
+        # The upstream call runs in this task; a disconnect cancels it (one
+        # watcher task per request, no second task for the call itself).
+        watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
-            status, body, waited = await call
+            status, body, waited = await ctx.upstream.request_bytes(
+                "POST", self.prepared.path, self.prepared.body, request_id=ctx.request_id
+            )
         except asyncio.CancelledError:
-            if watcher.disconnected:
+            if watcher.disconnected and task.uncancel() == 0:
                 # The client left: the upstream request is closed, vLLM aborts.
                 ctx.metrics.streams_ended.labels("client_disconnect").inc()
                 return
-            call.cancel()
             raise
         except GatewayError as exc:
             ctx.metrics.upstream_errors.labels(exc.code or str(exc.status)).inc()
@@ -84,6 +91,10 @@ class RelayJSONResponse(Response):
             return
         finally:
             watcher.stop()
+        if watcher.disconnected:
+            _absorb_late_cancel(task)
+            ctx.metrics.streams_ended.labels("client_disconnect").inc()
+            return
         scope[UPSTREAM_SECONDS] += waited
         if status >= 400:
             error = parse_error_body(status, body)
@@ -192,17 +203,14 @@ class PlainStreamResponse(Response):
         """Open the upstream stream; answer the client with an error and return None on failure."""
         ctx = self.ctx
         started = time.perf_counter()
-        opening = asyncio.get_running_loop().create_task(
-            ctx.upstream.open_stream(self.prepared.path, self.prepared.body, request_id=ctx.request_id)
-        )
-        watcher = DisconnectWatcher(receive, opening.cancel).start()
+        task = asyncio.current_task()
+        watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
-            stream = await opening
+            stream = await ctx.upstream.open_stream(self.prepared.path, self.prepared.body, request_id=ctx.request_id)
         except asyncio.CancelledError:
-            if watcher.disconnected:
+            if watcher.disconnected and task.uncancel() == 0:
                 ctx.metrics.streams_ended.labels("client_disconnect").inc()
                 return None
-            opening.cancel()
             raise
         except GatewayError as exc:
             ctx.metrics.upstream_errors.labels(exc.code or str(exc.status)).inc()
@@ -210,6 +218,11 @@ class PlainStreamResponse(Response):
             return None
         finally:
             watcher.stop()
+        if watcher.disconnected:
+            _absorb_late_cancel(task)
+            stream.close()
+            ctx.metrics.streams_ended.labels("client_disconnect").inc()
+            return None
         scope[UPSTREAM_SECONDS] += time.perf_counter() - started
         if stream.status >= 400:
             body = await stream.response.read()

@@ -14,7 +14,8 @@ from gateway.openai.streaming import relay_context, start_chat_stream
 router = APIRouter(tags=["OpenAI-compatible"])
 
 
-async def _relay(request: Request, principal, path: str) -> Response:
+async def relay_request(request: Request, principal, path: str) -> Response:
+    """The response for an OpenAI POST to ``path``: a relay (plain or through a session)."""
     raw = await request.body()
     state = request.app.state
     prepared = prepare(
@@ -33,12 +34,12 @@ async def _relay(request: Request, principal, path: str) -> Response:
 
 @router.post("/v1/chat/completions", summary="Create a chat completion (relayed to vLLM)")
 async def chat_completions(request: Request, principal: PrincipalDep) -> Response:
-    return await _relay(request, principal, "/v1/chat/completions")
+    return await relay_request(request, principal, "/v1/chat/completions")
 
 
 @router.post("/v1/completions", summary="Create a completion (relayed to vLLM)")
 async def completions(request: Request, principal: PrincipalDep) -> Response:
-    return await _relay(request, principal, "/v1/completions")
+    return await relay_request(request, principal, "/v1/completions")
 
 
 @router.get("/v1/models", summary="List the served model and its aliases")

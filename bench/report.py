@@ -13,6 +13,7 @@ VARIANT_NAMES = {
     "memory": "sessions, in-memory store",
     "sqlite": "sessions, SQLite",
     "postgres": "sessions, PostgreSQL",
+    "bare-relay": "bare aiohttp relay (reference)",
 }
 
 
@@ -95,9 +96,9 @@ def _engine_rows(results: dict) -> list[str]:
     if "skipped" in engine:
         return [f"Real engine: skipped ({engine['skipped']})."]
     lines = [f"Real engine at {engine.get('url')} (model `{engine.get('model')}`), "
-             f"{engine.get('rounds')} interleaved rounds of {engine.get('duration_s')} s. The "
-             "gateway is not pinned here: the CPU engine uses every core, and the gateway "
-             "competes with it for CPU. \"Engine requests by others\": requests the engine "
+             f"{engine.get('rounds')} interleaved rounds of {engine.get('duration_s')} s. "
+             f"Placement: {engine.get('placement', 'gateway unpinned')}. "
+             "\"Engine requests by others\": requests the engine "
              "finished for other clients during the measured windows (from its "
              "`vllm:request_success_total`); non-zero means a shared, disturbed engine.", "",
              "| scenario | variant | direct req/s | gateway req/s | req/s ratio "

@@ -28,6 +28,7 @@ from bench.loadgen import Scenario
 from bench.machine import REPO_ROOT, machine_info
 from bench.cpu import wait_until_quiet
 from bench.engine_probe import EngineCounter
+from bench.engine_proc import confined_engine
 from bench.memory import measure_open_streams
 from bench.postgres import PostgresUnavailable, throwaway_postgres
 from bench.procs import (PYTHON, Pinning, ServerFailedToStart, ServerProcess, boost_priority,
@@ -39,6 +40,9 @@ from bench.targets import evaluate
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 VARIANTS = ("off", "memory", "sqlite", "postgres")
+# A ~40-line aiohttp relay with no features (bench/relay_servers.py), measured in the same
+# rounds: the floor a Python relay on this machine reaches, next to the gateway's figures.
+REFERENCE = "bare-relay"
 FAKE_MODEL = "fake-model"
 API_KEY = "bench-key-not-a-secret"
 AUTH_HEADERS = {"authorization": f"Bearer {API_KEY}"}
@@ -124,6 +128,16 @@ async def start_gateway(variant: str, *, upstream_url: str, tmp: Path, log_dir: 
                               startup_timeout=60)
 
 
+async def start_reference_relay(*, upstream_url: str, log_dir: Path,
+                                cores: frozenset[int] | None) -> ServerProcess:
+    """The bare aiohttp relay, pinned like the gateway."""
+    port = free_port()
+    argv = [PYTHON, "-m", "bench.relay_servers", "--client", "aiohttp",
+            "--upstream", upstream_url, "--port", str(port)]
+    return await start_server(name=REFERENCE, argv=argv, port=port, log_dir=log_dir, cores=cores,
+                              cwd=str(RESULTS_DIR.parent.parent))
+
+
 def _print_round(round_index: int, name: str, result: dict) -> None:
     ttft = result["ttft_p50_ms"]
     print(f"  round {round_index + 1} {name:9s} {result['rps']:9.1f} req/s  "
@@ -147,7 +161,8 @@ def _percent(share: float | None) -> str:
 
 async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pinning,
                                 tmp: Path, postgres_dsn: str | None,
-                                status: dict[str, dict], companions: dict | None = None) -> dict:
+                                status: dict[str, dict], companions: dict | None = None,
+                                reference: bool = True) -> dict:
     """Interleaved direct/gateway rounds for every scenario; the variants' start-up status."""
     upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores)
     gateways: dict[str, ServerProcess] = {}
@@ -161,6 +176,12 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
             except ServerFailedToStart as error:
                 status[variant] = {"status": "failed", "error": str(error)}
                 print(f"gateway variant {variant} failed to start:\n{error}", flush=True)
+        if reference:
+            try:
+                gateways[REFERENCE] = await start_reference_relay(
+                    upstream_url=upstream.base_url, log_dir=tmp, cores=pinning.server_cores)
+            except ServerFailedToStart as error:
+                print(f"reference relay failed to start:\n{error}", flush=True)
         targets = [Target(DIRECT, upstream.base_url, headers=AUTH_HEADERS)] + [
             Target(variant, gateway.base_url, gateway, headers=AUTH_HEADERS,
                    companions=(companions or {}).get(variant, ()))
@@ -177,7 +198,7 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
                                                           "mode": scenario.mode},
                                              "targets": summarise_scenario(raw)}
         for variant, gateway in gateways.items():
-            if gateway.process.returncode is not None:
+            if variant != REFERENCE and gateway.process.returncode is not None:
                 status[variant] = {"status": "failed",
                                    "error": f"exited with {gateway.process.returncode} during "
                                             f"the run:\n{gateway.log_tail()}"}
@@ -242,8 +263,13 @@ async def _engine_model(engine_url: str) -> str:
 
 
 async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tmp: Path,
-                         postgres_dsn: str | None) -> dict:
-    """Direct vs gateway against the real engine (gateway unpinned: the engine uses all cores)."""
+                         postgres_dsn: str | None, gateway_cores: frozenset[int] | None = None
+                         ) -> dict:
+    """Direct vs gateway against the real engine.
+
+    ``gateway_cores``: where the gateway runs (with the load generator) when the engine is
+    confined to other cores (``--start-engine``); None: unpinned, sharing the engine's cores.
+    """
     try:
         model = await _engine_model(engine_url)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, IndexError) as error:
@@ -253,7 +279,8 @@ async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tm
     for variant in variants:
         try:
             gateway = await start_gateway(variant, upstream_url=engine_url, tmp=tmp,
-                                          log_dir=tmp, cores=None, postgres_dsn=postgres_dsn,
+                                          log_dir=tmp, cores=gateway_cores,
+                                          postgres_dsn=postgres_dsn,
                                           name=f"gateway-{variant}-engine")
         except ServerFailedToStart as error:
             out["variants"][variant] = {"error": str(error).splitlines()[0]}
@@ -319,13 +346,25 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
             healthy = [v for v in variants if status.get(v, {}).get("status") == "ok"]
             results["memory"] = {} if args.skip_memory else await measure_memory(
                 plan=plan, variants=healthy, pinning=pinning, tmp=tmp, postgres_dsn=postgres_dsn)
-            if args.engine_url:
-                engine_variants = [v for v in args.engine_variants if v in healthy]
+            engine_variants = [v for v in args.engine_variants if v in healthy]
+            if args.start_engine and pinning.load_cores is not None:
+                # Engine on the load core, gateway + load generator on the server core.
+                async with confined_engine(cores=pinning.load_cores, log_dir=tmp) as engine_url:
+                    os.sched_setaffinity(0, pinning.server_cores)
+                    results["engine"] = await measure_engine(
+                        plan=plan, engine_url=engine_url, variants=engine_variants, tmp=tmp,
+                        postgres_dsn=postgres_dsn, gateway_cores=pinning.server_cores)
+                    results["engine"]["placement"] = (
+                        f"engine confined to core {sorted(pinning.load_cores)}; gateway and load "
+                        f"generator on core {sorted(pinning.server_cores)}")
+                    pinning.pin_self()
+            elif args.engine_url:
                 results["engine"] = await measure_engine(
                     plan=plan, engine_url=args.engine_url, variants=engine_variants, tmp=tmp,
                     postgres_dsn=postgres_dsn)
+                results["engine"]["placement"] = "external engine; gateway unpinned"
             else:
-                results["engine"] = {"skipped": "no --engine-url given"}
+                results["engine"] = {"skipped": "no --engine-url or --start-engine given"}
             if args.keep_logs:
                 _copy_logs(tmp, args.keep_logs)
     results["variants"] = {v: status.get(v, {"status": "failed", "error": "not run"})
@@ -349,6 +388,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--engine-url", help="also measure end to end against this vLLM")
+    parser.add_argument("--start-engine", action="store_true",
+                        help="also measure end to end against an engine of its own (embedded "
+                             "model) confined to the load core, the gateway on the other")
     parser.add_argument("--engine-variants", nargs="+", default=["off"], choices=VARIANTS)
     parser.add_argument("--postgres-dsn", help="use this database instead of a throw-away one "
                                                "(postgresql+asyncpg://...)")
@@ -396,7 +438,9 @@ def main(argv: list[str] | None = None) -> None:
                               "sqlite", upstream_url="http://127.0.0.1:UPSTREAM", port=0,
                               tmp=Path("/tmp/bench-run"), postgres_dsn=None)},
                **results}
-    results["targets"] = evaluate(results, list(args.variants))
+    measured = {name for block in results.get("scenarios", {}).values() for name in block["targets"]}
+    reference = [REFERENCE] if REFERENCE in measured else []
+    results["targets"] = evaluate(results, list(args.variants) + reference)
     write_results(results, args.out)
     print((args.out / "results.md").read_text())
 

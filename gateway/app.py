@@ -29,6 +29,25 @@ from gateway.upstream import UpstreamClient
 log = logging.getLogger("gateway.app")
 
 
+class GatewayApp(FastAPI):
+    """FastAPI with the gateway's middleware outside FastAPI's own stack.
+
+    FastAPI wraps user middleware in three layers of its own (server errors,
+    exception telemetry, body limit). The gateway's middleware does auth,
+    limits and errors itself, so it goes outermost: the hot OpenAI routes it
+    serves directly (see gateway/openai/fastpath.py) skip those layers, and
+    everything else still passes through them.
+    """
+
+    gateway_middleware: dict | None = None
+
+    def build_middleware_stack(self):
+        stack = super().build_middleware_stack()
+        if self.gateway_middleware is None:
+            return stack
+        return GatewayMiddleware(stack, **self.gateway_middleware)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
@@ -48,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 stack.push_async_callback(feature.stop, app)
             yield
 
-    app = FastAPI(
+    app = GatewayApp(
         title="stack-gateway",
         version="0.1.0",
         summary="OpenAI-compatible gateway to vLLM, with a code-generation API, resumable streams and a marketplace",
@@ -64,10 +83,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_router)
     for feature in _features():
         app.include_router(feature.router)
-    app.add_middleware(
-        GatewayMiddleware,
+    admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
+    metrics.inflight.set_function(lambda: admission.inflight)
+    app.state.admission = admission
+    app.gateway_middleware = dict(
         keyring=KeyRing.from_settings(settings),
-        admission=Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key),
+        admission=admission,
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,

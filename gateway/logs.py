@@ -43,6 +43,12 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "info") -> None:
     """Route the root logger (and uvicorn's) through the JSON formatter on stderr."""
+    # The JSON lines carry no source location, thread or process: skip the
+    # stack walk and lookups that logging does for every record otherwise.
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

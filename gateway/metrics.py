@@ -32,7 +32,9 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=r,
         )
-        self.inflight = Gauge("gateway_requests_in_flight", "Requests being served", registry=r)
+        self.inflight = Gauge(
+            "gateway_requests_in_flight", "Requests admitted and being served (read from admission control)", registry=r
+        )
         self.rejected = Counter(
             "gateway_rejected", "Requests refused before reaching a route, by reason", ["reason"], registry=r
         )

@@ -97,7 +97,6 @@ class GatewayMiddleware:
         path = scope["path"]
         key_id = "-"
         admitted = False
-        metrics.inflight.inc()
         try:
             refusal = self._check_body_size(content_length)
             if refusal is None and path not in self.public:
@@ -128,7 +127,6 @@ class GatewayMiddleware:
         finally:
             if admitted:
                 self.admission.leave(key_id)
-            metrics.inflight.dec()
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             route_label = getattr(route, "path", "unmatched")

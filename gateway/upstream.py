@@ -131,9 +131,10 @@ class UpstreamClient:
         if settings.vllm_api_key is not None and settings.vllm_api_key.get_secret_value():
             self._headers["authorization"] = f"Bearer {settings.vllm_api_key.get_secret_value()}"
         self.chunk_timeout = settings.upstream_chunk_timeout
+        # sock_connect only (not connect, which also arms a timer around taking
+        # a pooled connection on every request).
         self._timeout = aiohttp.ClientTimeout(
             total=None,
-            connect=settings.upstream_connect_timeout,
             sock_connect=settings.upstream_connect_timeout,
             sock_read=settings.upstream_first_byte_timeout,
         )
@@ -188,7 +189,7 @@ class UpstreamClient:
         started = time.perf_counter()
         kwargs: dict[str, Any] = {}
         if timeout is not None:
-            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, connect=min(timeout, self._timeout.connect or timeout))
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, self._timeout.sock_connect or timeout))
         try:
             async with self.session.request(
                 method, self.url(path), data=body, headers=self._request_headers(request_id), **kwargs

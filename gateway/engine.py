@@ -16,14 +16,16 @@ import time
 
 from gateway.config import Settings
 from gateway.errors import GatewayError
-from gateway.upstream import EngineTimeout, UpstreamClient, UpstreamError
+from gateway.upstream import BadGateway, EngineTimeout, UpstreamClient, UpstreamError
 
 log = logging.getLogger("gateway.engine")
 
 FRESH_SECONDS = 1.0
-# A busy engine can be slow to answer /health; only this many timeouts in a row
-# make a ready engine read not-ready (a refused connection does at once).
+# A busy engine can be slow to answer /health (or drop a connection); only this
+# many such failures in a row make a ready engine read not-ready. A refused
+# connection or a non-200 health answer does at once.
 TIMEOUTS_BEFORE_NOT_READY = 3
+LOOK_TIMEOUT = 10.0
 
 
 class EngineState:
@@ -39,7 +41,7 @@ class EngineState:
         self.last_error: str | None = None
         self.checked_at = 0.0
         self._timeouts_in_a_row = 0
-        self._refreshing: asyncio.Future | None = None
+        self._refreshing: asyncio.Task | None = None
         self._poller: asyncio.Task | None = None
 
     # --- model names -----------------------------------------------------------
@@ -90,24 +92,25 @@ class EngineState:
 
     # --- refreshing --------------------------------------------------------------
     async def refresh(self) -> None:
-        """Look at the engine now (shared by concurrent callers)."""
-        if self._refreshing is not None:
-            await asyncio.shield(self._refreshing)
-            return
-        loop = asyncio.get_running_loop()
-        self._refreshing = loop.create_future()
-        try:
-            await self._look()
-        finally:
-            self._refreshing.set_result(None)
-            self._refreshing = None
+        """Look at the engine now (one look shared by concurrent callers)."""
+        await asyncio.shield(self._shared_look())
 
-    async def refresh_if_stale(self) -> None:
+    async def refresh_if_stale(self, *, max_wait: float = 2.0) -> None:
+        """Refresh a look older than a second, waiting at most ``max_wait`` for it.
+
+        Health endpoints use this: they answer from what is known when the
+        engine is slow to answer, while the look goes on in the background.
+        """
         if time.monotonic() - self.checked_at > FRESH_SECONDS:
-            await self.refresh()
+            await asyncio.wait({self._shared_look()}, timeout=max_wait)
+
+    def _shared_look(self) -> asyncio.Task:
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._look())
+        return self._refreshing
 
     async def _look(self) -> None:
-        timeout = min(5.0, self._settings.upstream_connect_timeout + 2.0)
+        timeout = LOOK_TIMEOUT
         try:
             status, _, _ = await self._upstream.request_bytes("GET", "/health", timeout=timeout)
             self.reachable = True
@@ -125,7 +128,7 @@ class EngineState:
             if self.ready and not was_ready:
                 log.info("engine ready", extra={"models": self.served_models, "max_model_len": self.max_model_len})
         except UpstreamError as exc:
-            if isinstance(exc, EngineTimeout) and self.ready:
+            if isinstance(exc, (EngineTimeout, BadGateway)) and self.ready:
                 self._timeouts_in_a_row += 1
                 if self._timeouts_in_a_row < TIMEOUTS_BEFORE_NOT_READY:
                     self.last_error = exc.message
@@ -156,3 +159,7 @@ class EngineState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
             self._poller = None
+        if self._refreshing is not None and not self._refreshing.done():
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refreshing

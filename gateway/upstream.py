@@ -31,6 +31,9 @@ from gateway.config import Settings
 from gateway.errors import GatewayError
 
 
+IDLE_CONNECTION_SECONDS = 4.0
+
+
 class UpstreamError(GatewayError):
     """The engine could not be used."""
 
@@ -143,7 +146,10 @@ class UpstreamClient:
         connector = aiohttp.TCPConnector(
             limit=self._settings.upstream_max_connections,
             limit_per_host=0,
-            keepalive_timeout=30,
+            # Shorter than vLLM's own idle timeout (uvicorn's 5 s): the gateway drops
+            # an idle connection before the engine does, so a request never lands on
+            # a connection the engine is closing at that instant (a spurious 502).
+            keepalive_timeout=IDLE_CONNECTION_SECONDS,
             ttl_dns_cache=300,
         )
         self._session = aiohttp.ClientSession(

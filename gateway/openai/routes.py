@@ -18,6 +18,8 @@ async def relay_request(request: Request, principal, path: str) -> Response:
     """The response for an OpenAI POST to ``path``: a relay (plain or through a session)."""
     raw = await request.body()
     state = request.app.state
+    if not state.engine.served_models:  # never seen the engine yet: look before refusing
+        await state.engine.refresh()
     prepared = prepare(
         raw,
         parse_body(raw),

@@ -13,7 +13,7 @@ from tests.unit.streams.sse_client import fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
-LONG = 4000  # tokens: many seconds on the CPU engine, so only an abort ends it early
+LONG = 8000  # tokens: many seconds on the CPU engine, so only an abort ends it early
 GENERATED = "vllm:generation_tokens_total"
 
 

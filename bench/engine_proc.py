@@ -38,7 +38,7 @@ async def confined_engine(*, cores: frozenset[int], log_dir: Path) -> AsyncItera
     out = (log_dir / "launcher.log").open("wb")
     process = await asyncio.create_subprocess_exec(
         "bash", str(REPO_ROOT / "launch_vllm.sh"), cwd=REPO_ROOT, env=env, stdout=out,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        stderr=asyncio.subprocess.STDOUT, process_group=0,  # not a new session: see tests/fixtures/engine.py
         preexec_fn=lambda: os.sched_setaffinity(0, cores))
     base_url = f"http://127.0.0.1:{port}"
     try:

@@ -150,7 +150,8 @@ async def start_server(*, name: str, argv: list[str], port: int, log_dir: Path,
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     process = await asyncio.create_subprocess_exec(
         *argv, stdout=log_file, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-        env={**os.environ, **(env or {})}, preexec_fn=pin, cwd=cwd, start_new_session=True)
+        env={**os.environ, **(env or {})}, preexec_fn=pin, cwd=cwd,
+        process_group=0)  # one scheduler autogroup for all parties, as in production
     log_file.close()
     server = ServerProcess(name, process, f"http://127.0.0.1:{port}", log_path, cores)
     try:

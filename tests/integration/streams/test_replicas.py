@@ -14,7 +14,7 @@ from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.postgres]
 
-LONG = 4000
+LONG = 8000
 
 
 def replica_settings(engine, database_url: str, **overrides):

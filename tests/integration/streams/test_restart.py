@@ -15,7 +15,7 @@ from tests.unit.streams.sse_client import fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
-LONG = 4000
+LONG = 8000
 
 
 def persisted_events(db_path) -> int:

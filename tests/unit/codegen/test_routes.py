@@ -117,6 +117,25 @@ async def test_extract_code_lists_blocks_only_when_asked(gateway):
                                                      {"language": "python", "code": "y()"}]}
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/generate", {"prompt": "def f():"}),
+    ("/chat", {"messages": [{"role": "user", "content": "hi"}]}),
+])
+async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(gateway, path, body):
+    engine_seconds = 0.4
+
+    class SlowUpstream(FakeUpstream):
+        async def post_json(self, *args, **kwargs):
+            await asyncio.sleep(engine_seconds / 2)  # the engine's own time: tokenize, then generate
+            return await super().post_json(*args, **kwargs)
+
+    gateway.app.state.upstream = SlowUpstream(**answering())
+    response = await gateway.client.post(path, json=body)
+    assert response.status_code == 200
+    added_ms = float(response.headers["x-gateway-added-ms"])
+    assert 0 <= added_ms < engine_seconds * 1000 / 2, added_ms
+
+
 # --- invalid input ------------------------------------------------------------------------------
 @pytest.mark.parametrize(("path", "body", "field"), [
     ("/generate", {"prompt": ""}, "prompt"),

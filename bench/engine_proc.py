@@ -38,8 +38,7 @@ async def confined_engine(*, cores: frozenset[int], log_dir: Path) -> AsyncItera
     out = (log_dir / "launcher.log").open("wb")
     process = await asyncio.create_subprocess_exec(
         "bash", str(REPO_ROOT / "launch_vllm.sh"), cwd=REPO_ROOT, env=env, stdout=out,
-        stderr=asyncio.subprocess.STDOUT, process_group=0,  # not a new session: see tests/fixtures/engine.py
-        preexec_fn=lambda: os.sched_setaffinity(0, cores))
+        stderr=asyncio.subprocess.STDOUT, preexec_fn=lambda: _own_group_on(cores))
     base_url = f"http://127.0.0.1:{port}"
     try:
         await _wait_healthy(base_url, process, log_dir / "launcher.log")
@@ -53,6 +52,14 @@ async def confined_engine(*, cores: frozenset[int], log_dir: Path) -> AsyncItera
                 os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
         out.close()
+
+
+def _own_group_on(cores) -> None:
+    """In the child: its own process group (to stop the whole tree), not its own session
+    (a new session is a new scheduler autogroup; see tests/fixtures/engine.py), on ``cores``.
+    By hand because uvloop's subprocess_exec takes no ``process_group``."""
+    os.setpgid(0, 0)
+    os.sched_setaffinity(0, cores)
 
 
 async def _wait_healthy(base_url: str, process, launcher_log: Path) -> None:

@@ -147,11 +147,14 @@ async def start_server(*, name: str, argv: list[str], port: int, log_dir: Path,
     """Start ``argv`` pinned to ``cores`` and wait until ``health_path`` answers 200."""
     log_path = log_dir / f"{name}.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 - the child owns it until it exits
-    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    def pin() -> None:  # in the child; by hand because uvloop's subprocess_exec takes no process_group
+        os.setpgid(0, 0)  # its own group, not its own session: one scheduler autogroup for all parties
+        if cores:
+            os.sched_setaffinity(0, cores)
+
     process = await asyncio.create_subprocess_exec(
         *argv, stdout=log_file, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-        env={**os.environ, **(env or {})}, preexec_fn=pin, cwd=cwd,
-        process_group=0)  # one scheduler autogroup for all parties, as in production
+        env={**os.environ, **(env or {})}, preexec_fn=pin, cwd=cwd)
     log_file.close()
     server = ServerProcess(name, process, f"http://127.0.0.1:{port}", log_path, cores)
     try:

@@ -1,0 +1,33 @@
+"""The README's configuration table documents every setting the gateway reads, and nothing else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gateway.config import Settings
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def configuration_table() -> dict[str, str]:
+    section = README.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", section, re.M))
+
+
+def test_every_setting_is_documented_and_every_documented_variable_is_a_setting():
+    documented = configuration_table()
+    settings = {name.upper() for name in Settings.model_fields}
+    assert sorted(settings - documented.keys()) == []
+    assert sorted(documented.keys() - settings) == []
+
+
+def test_documented_defaults_are_the_real_ones_for_plain_values():
+    documented = configuration_table()
+    for name, text in documented.items():
+        value = Settings.model_fields[name.lower()].default  # the declared default, whatever the environment says
+        shown = text.strip().strip("`")
+        if isinstance(value, bool):
+            assert shown == str(value).lower(), name
+        elif isinstance(value, (int, float)) and shown.replace(".", "", 1).isdigit():
+            assert float(shown) == float(value), name

@@ -68,7 +68,8 @@ class TimedUpstream:
         try:
             return await self._upstream.post_json(*args, **kwargs)
         finally:
-            self._scope[UPSTREAM_SECONDS] = self._scope.get(UPSTREAM_SECONDS, 0.0) + time.perf_counter() - started
+            waited = time.perf_counter() - started
+            self._scope[UPSTREAM_SECONDS] = self._scope.get(UPSTREAM_SECONDS, 0.0) + waited
 
 
 def _request_id(request: Request) -> str | None:
@@ -82,8 +83,8 @@ async def model_info(request: Request, engine: EngineDep, settings: SettingsDep,
 
 async def _generate(body: GenerateRequest, request: Request, upstream, engine, settings, *, extract: bool) -> Any:
     work = service.generate(
-        request=body, extract=extract, upstream=TimedUpstream(upstream, request.scope), engine=engine, settings=settings,
-        request_id=_request_id(request),
+        request=body, extract=extract, upstream=TimedUpstream(upstream, request.scope), engine=engine,
+        settings=settings, request_id=_request_id(request),
     )
     return await unless_client_leaves(request, work)
 
@@ -110,7 +111,8 @@ async def chat(
     _: PrincipalDep,
 ) -> Any:
     work = service.chat(
-        request=body, upstream=TimedUpstream(upstream, request.scope), engine=engine, settings=settings, request_id=_request_id(request)
+        request=body, upstream=TimedUpstream(upstream, request.scope), engine=engine, settings=settings,
+        request_id=_request_id(request),
     )
     return await unless_client_leaves(request, work)
 

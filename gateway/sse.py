@@ -7,6 +7,9 @@ blank line); partial events wait in a buffer for the next read.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import orjson
 
 DONE = b"data: [DONE]"
@@ -38,6 +41,27 @@ class SSEFramer:
         return self._buffer
 
 
+class KeepAlive:
+    """A ``: keep-alive`` comment when a whole tick passed with nothing sent.
+
+    The stream adds to ``sent`` after each body it sends (a plain attribute, the
+    per-chunk cost of an integer add); the DisconnectWatcher calls ``tick`` every
+    keep-alive interval, so proxies never see a silence longer than two intervals.
+    """
+
+    __slots__ = ("_send", "sent", "_seen")
+
+    def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self._send = send
+        self.sent = 0
+        self._seen = -1
+
+    async def tick(self) -> None:
+        if self.sent == self._seen:  # nothing sent since the last tick
+            await self._send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
+        self._seen = self.sent
+
+
 def event_json(event: bytes) -> dict | None:
     """The JSON of a ``data:`` event, or None (comments, [DONE], non-JSON)."""
     if not event.startswith(b"data:") or event.startswith(DONE):
@@ -47,11 +71,6 @@ def event_json(event: bytes) -> dict | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def is_usage_only(event: bytes) -> bool:
-    """The engine's final usage chunk (``"choices":[]`` with a usage object)."""
-    return b'"choices":[]' in event and b'"usage":{' in event
 
 
 def error_frame(message: str, *, type: str = "upstream_error", code: str | None = None, event_id: bytes | None = None) -> bytes:

@@ -43,23 +43,28 @@ class StreamTracker:
     _result: StreamResult = field(default_factory=StreamResult)
     _parts: list[str] = field(default_factory=list)
 
-    def observe(self, event: bytes) -> None:
-        """Account for one ``data:`` event (not [DONE])."""
+    def observe(self, event: bytes) -> bool:
+        """Account for one ``data:`` event (not [DONE]).
+
+        Returns True for the engine's usage-only chunk (``"choices":[]`` with a usage
+        object), so relays can drop it without scanning the event a second time.
+        """
         result = self._result
-        if b'"usage":{' in event:
+        has_usage = b'"usage":{' in event
+        if has_usage:
             data = event_json(event)
             if data is not None and isinstance(data.get("usage"), dict):
                 result.usage = data["usage"]
         if b'"choices":[]' in event:
-            return
+            return has_usage
         result.content_events += 1
         if self.collect_text or b'"finish_reason":"' in event:
             data = event_json(event)
             if data is None:
-                return
+                return False
             if "error" in data and isinstance(data["error"], dict):
                 result.error = str(data["error"].get("message"))
-                return
+                return False
             for choice in data.get("choices") or ():
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                     continue
@@ -72,6 +77,7 @@ class StreamTracker:
                         piece = choice.get("text")  # completions stream
                     if isinstance(piece, str):
                         self._parts.append(piece)
+        return False
 
     def result(self) -> StreamResult:
         if self._parts:

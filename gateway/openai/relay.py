@@ -24,7 +24,7 @@ from gateway.errors import GatewayError, json_error_bytes
 from gateway.metrics import Metrics
 from gateway.middleware import UPSTREAM_SECONDS
 from gateway.openai.prepare import PreparedRequest
-from gateway.sse import DONE, DONE_FRAME, KEEPALIVE_FRAME, SEPARATOR, SSEFramer, error_frame, is_usage_only
+from gateway.sse import DONE, DONE_FRAME, SEPARATOR, KeepAlive, SSEFramer, error_frame
 from gateway.stream_result import StreamResult, StreamTracker
 from gateway.upstream import UpstreamClient, UpstreamStream, parse_error_body
 
@@ -137,17 +137,9 @@ class PlainStreamResponse(Response):
         stream = await self._open(scope, receive, send)
         if stream is None:
             return
-        sent_chunks = 0
-        last_seen = -1
-
-        async def keepalive() -> None:
-            nonlocal last_seen
-            if sent_chunks == last_seen:  # nothing sent for a whole tick
-                await send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
-            last_seen = sent_chunks
-
+        keepalive = KeepAlive(send)
         watcher = DisconnectWatcher(
-            receive, stream.close, tick_seconds=ctx.keepalive_seconds, on_tick=keepalive
+            receive, stream.close, tick_seconds=ctx.keepalive_seconds, on_tick=keepalive.tick
         ).start()
         wants_usage = self.prepared.client_wants_usage
         framer = SSEFramer()
@@ -165,13 +157,12 @@ class PlainStreamResponse(Response):
                         saw_done = True
                         out.append(DONE_FRAME)
                         continue
-                    tracker.observe(event)
-                    if not wants_usage and is_usage_only(event):
-                        continue
+                    if tracker.observe(event) and not wants_usage:
+                        continue  # the usage-only chunk, which this client did not ask for
                     out.append(event + SEPARATOR)
                 if out:
                     await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-                    sent_chunks += 1
+                    keepalive.sent += 1
         except GatewayError as exc:
             failure = exc
         except asyncio.CancelledError:

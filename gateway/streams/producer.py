@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.errors import GatewayError
 from gateway.metrics import Metrics
-from gateway.sse import DONE, SSEFramer, is_usage_only
+from gateway.sse import DONE, SSEFramer
 from gateway.stream_result import StreamResult, StreamTracker
 from gateway.streams.frames import cancelled_ending, done_frame, error_ending, frame
 from gateway.streams.session import ENDED, STOP_HOW, Session
@@ -129,9 +129,8 @@ async def _read(session: Session, job: Generation, stream, tracker: StreamTracke
                     log_.append(frames)
                     on_frames(session)
                 return True
-            tracker.observe(event)
-            if strip_usage and is_usage_only(event):
-                continue  # not logged, so no index is skipped
+            if tracker.observe(event) and strip_usage:
+                continue  # the usage-only chunk: not logged, so no index is skipped
             frames.append(frame(prefix, index, event))
             index += 1
         if frames:

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.disconnect import DisconnectWatcher
 from gateway.middleware import UPSTREAM_SECONDS
 from gateway.openai.relay import SSE_HEADERS, send_json_error
-from gateway.sse import DONE_FRAME, KEEPALIVE_FRAME, error_frame
+from gateway.sse import DONE_FRAME, KeepAlive, error_frame
 from gateway.streams.feeds import FeedBroken
 from gateway.streams.session import Session
 
@@ -69,17 +69,9 @@ class SessionStreamResponse(Response):
 
     async def _follow(self, receive: Receive, send: Send) -> None:
         feed = self.feed
-        sent = 0
-        last_seen = -1
-
-        async def keepalive() -> None:
-            nonlocal last_seen
-            if sent == last_seen:  # nothing sent for a whole tick
-                await send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
-            last_seen = sent
-
+        keepalive = KeepAlive(send)
         watcher = DisconnectWatcher(
-            receive, feed.interrupt, tick_seconds=self.keepalive_seconds, on_tick=keepalive
+            receive, feed.interrupt, tick_seconds=self.keepalive_seconds, on_tick=keepalive.tick
         ).start()
         headers = [*SSE_HEADERS, (SESSION_HEADER, self.session_id.encode())]
         tail = b""
@@ -93,7 +85,7 @@ class SessionStreamResponse(Response):
                 body = frames[0] if len(frames) == 1 else b"".join(frames)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 index += len(frames)
-                sent += 1
+                keepalive.sent += 1
         except FeedBroken as exc:
             tail = error_frame(exc.message, code=exc.code) + DONE_FRAME
         except Exception:

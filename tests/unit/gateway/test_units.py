@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from gateway.admission import Admission
 from gateway.auth import KeyRing, bearer_token
-from gateway.sse import SSEFramer, is_usage_only
+from gateway.sse import SSEFramer
+from gateway.stream_result import StreamTracker
 
 
 def test_keyring_resolves_rights_and_stores_no_clear_text():
@@ -75,8 +76,8 @@ def test_framer_accepts_crlf_and_keeps_partial_events():
 
 
 def test_usage_only_chunk_detection():
-    assert is_usage_only(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
-    assert not is_usage_only(b'data: {"choices":[{"index":0}],"usage":null}')
+    assert StreamTracker().observe(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
+    assert not StreamTracker().observe(b'data: {"choices":[{"index":0}],"usage":null}')
 
 
 async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine():

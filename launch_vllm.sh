@@ -257,22 +257,7 @@ if ((PRINT_ONLY)); then
 fi
 
 # A listener already there would make vLLM load the whole model and only then fail.
-port_problem() {
-    "$VPY" - "$VLLM_HOST" "$VLLM_PORT" <<'EOF'
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-try:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        # The same option uvicorn sets: only a live listener makes the bind fail.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(address)
-except OSError as exc:
-    print(exc.strerror or exc)
-EOF
-}
-problem="$(port_problem)"
+problem="$("$VPY" "$ROOT/scripts/port_problem.py" "$VLLM_HOST" "$VLLM_PORT")"
 if [[ -n "$problem" ]]; then
     if [[ "$problem" == *"in use"* ]]; then
         die "port $VLLM_PORT on $VLLM_HOST is already in use (another engine running? set VLLM_PORT)"

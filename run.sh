@@ -30,20 +30,7 @@ die() { printf 'run.sh: error: %s\n' "$*" >&2; exit 1; }
 scripts/setup_gateway_env.sh
 VPY="$GATEWAY_VENV/bin/python"
 
-port_problem() {
-    "$VPY" - "$1" "$2" <<'EOF'
-import socket, sys
-try:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        sys.argv[1], int(sys.argv[2]), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(address)
-except OSError as exc:
-    print(exc.strerror or exc)
-EOF
-}
-problem="$(port_problem "$GATEWAY_HOST" "$GATEWAY_PORT")"
+problem="$("$VPY" "$ROOT/scripts/port_problem.py" "$GATEWAY_HOST" "$GATEWAY_PORT")"
 [[ -z "$problem" ]] || die "gateway port $GATEWAY_PORT on $GATEWAY_HOST: $problem (set GATEWAY_PORT)"
 
 mkdir -p "$LOG_DIR"

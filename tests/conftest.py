@@ -7,7 +7,11 @@ PostgreSQL), and ``tests.fixtures.servers.run_uvicorn`` (the app under real uvic
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+
+from tests.support.fake_engine import FakeEngine, running_fake_engine
 
 pytest_plugins = [
     "tests.fixtures.servers",  # first: the other two import it
@@ -35,3 +39,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for service in services:
             if item.get_closest_marker(service) is None:
                 item.add_marker(getattr(pytest.mark, service))
+
+
+@pytest.fixture
+async def fake_engine() -> AsyncIterator[FakeEngine]:
+    """The fake OpenAI upstream (tests/support/fake_engine.py), for fast unit tests."""
+    async with running_fake_engine() as engine:
+        yield engine

@@ -173,3 +173,11 @@ async def running_fake_engine(**kwargs):
         yield engine
     finally:
         await engine.stop()
+
+
+def settings_for(engine: FakeEngine, **values) -> "Settings":
+    """Gateway settings in front of ``engine``: no access log, no background engine polling."""
+    from gateway.config import Settings
+
+    return Settings(**{"vllm_base_url": engine.base_url, "access_log": False, "engine_poll_interval": 60,
+                       **values})

@@ -10,31 +10,17 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings
-from tests.support.fake_engine import FakeEngine
+from tests.support.fake_engine import settings_for
 
 READ_KEY = "sk-test-read-0123456789"
 WRITE_KEY = "sk-test-write-9876543210"
 
 
 @pytest.fixture
-async def fake_engine() -> AsyncIterator[FakeEngine]:
-    engine = await FakeEngine().start()
-    yield engine
-    await engine.stop()
-
-
-@pytest.fixture
 def make_settings(tmp_path, fake_engine) -> Callable[..., Settings]:
     def make(**overrides) -> Settings:
-        values = dict(
-            vllm_base_url=fake_engine.base_url,
-            database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db",
-            session_store="off",
-            access_log=False,
-            engine_poll_interval=60,
-        )
-        values.update(overrides)
-        return Settings(**values)
+        return settings_for(fake_engine, **{"database_url": f"sqlite+aiosqlite:///{tmp_path}/gateway.db",
+                                            "session_store": "off", **overrides})
 
     return make
 

@@ -14,32 +14,17 @@ import pytest
 from gateway.app import create_app
 from gateway.config import Settings
 from tests.fixtures.servers import serve_uvicorn
-from tests.support.fake_engine import FakeEngine
+from tests.support.fake_engine import settings_for
 
 READ_KEY = "sk-streams-alice-0123456789"
 OTHER_KEY = "sk-streams-bob-9876543210"
 
 
 @pytest.fixture
-async def fake_engine() -> AsyncIterator[FakeEngine]:
-    engine = await FakeEngine().start()
-    yield engine
-    await engine.stop()
-
-
-@pytest.fixture
 def make_settings(tmp_path, fake_engine) -> Callable[..., Settings]:
     def make(**overrides) -> Settings:
-        values = dict(
-            vllm_base_url=fake_engine.base_url,
-            database_url=f"sqlite+aiosqlite:///{tmp_path}/sessions.db",
-            session_store="sqlite",
-            access_log=False,
-            engine_poll_interval=60,
-            sse_keepalive_seconds=5,
-        )
-        values.update(overrides)
-        return Settings(**values)
+        return settings_for(fake_engine, **{"database_url": f"sqlite+aiosqlite:///{tmp_path}/sessions.db",
+                                            "session_store": "sqlite", "sse_keepalive_seconds": 5, **overrides})
 
     return make
 

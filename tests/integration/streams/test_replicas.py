@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 
@@ -22,11 +23,18 @@ def replica_settings(engine, database_url: str, **overrides):
                                        "session_lease_seconds": 10, **overrides})
 
 
+@contextlib.asynccontextmanager
+async def two_replicas(engine, database_url: str, **a_overrides):
+    """Gateways A and B on one PostgreSQL, each under uvicorn: (a_app, b_app, a_client, b_client)."""
+    async with gateway_on(replica_settings(engine, database_url, **a_overrides)) as (a_url, a_app), \
+            gateway_on(replica_settings(engine, database_url)) as (b_url, b_app), \
+            fresh_client(a_url) as a, fresh_client(b_url) as b:
+        yield a_app, b_app, a, b
+
+
 async def test_produce_on_one_replica_resume_live_on_the_other(idle_vllm_engine, probe, postgres_database_url):
     engine = idle_vllm_engine
-    async with gateway_on(replica_settings(engine, postgres_database_url)) as (a_url, a_app), \
-            gateway_on(replica_settings(engine, postgres_database_url)) as (b_url, b_app), \
-            fresh_client(a_url) as a, fresh_client(b_url) as b:
+    async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         assert a_app.state.sessions.replica != b_app.state.sessions.replica
         body = chat_body(engine, 800, session_id="pg-1")
         first = await read_stream(a, "POST", "/v1/chat/completions", json=body, stop_after=30)
@@ -47,9 +55,7 @@ async def test_produce_on_one_replica_resume_live_on_the_other(idle_vllm_engine,
 
 async def test_follower_on_another_replica_sees_events_while_they_are_produced(idle_vllm_engine, probe, postgres_database_url):
     engine = idle_vllm_engine
-    async with gateway_on(replica_settings(engine, postgres_database_url)) as (a_url, a_app), \
-            gateway_on(replica_settings(engine, postgres_database_url)) as (b_url, b_app), \
-            fresh_client(a_url) as a, fresh_client(b_url) as b:
+    async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
                                                 json=chat_body(engine, 1500, session_id="pg-live")))
         await until(lambda: (s := a_app.state.sessions.local("local", "pg-live")) is not None and s.log.next_index > 5)
@@ -77,9 +83,7 @@ async def test_follower_on_another_replica_sees_events_while_they_are_produced(i
 
 async def test_cancel_on_one_replica_aborts_the_generation_on_the_other(idle_vllm_engine, probe, postgres_database_url):
     engine = idle_vllm_engine
-    async with gateway_on(replica_settings(engine, postgres_database_url)) as (a_url, a_app), \
-            gateway_on(replica_settings(engine, postgres_database_url)) as (b_url, b_app), \
-            fresh_client(a_url) as a, fresh_client(b_url) as b:
+    async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
                                                 json=chat_body(engine, LONG, session_id="pg-cancel")))
         await until(lambda: (s := a_app.state.sessions.local("local", "pg-cancel")) is not None and s.log.next_index > 5)
@@ -108,10 +112,8 @@ async def test_a_follower_on_another_replica_keeps_a_named_session_alive(idle_vl
                 if line == "data: [DONE]":
                     return
 
-    async with gateway_on(replica_settings(engine, postgres_database_url, cancel_after_disconnect_seconds=0.3)) \
-            as (a_url, a_app), \
-            gateway_on(replica_settings(engine, postgres_database_url)) as (b_url, b_app), \
-            fresh_client(a_url) as a, fresh_client(b_url) as b:
+    async with two_replicas(engine, postgres_database_url, cancel_after_disconnect_seconds=0.3) \
+            as (a_app, b_app, a, b):
         async with a.stream("POST", "/v1/chat/completions", json=chat_body(engine, LONG, session_id="pg-kept")):
             await until(lambda: (s := a_app.state.sessions.local("local", "pg-kept")) is not None and s.stored)
             producing = a_app.state.sessions.local("local", "pg-kept")

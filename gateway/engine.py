@@ -112,7 +112,7 @@ class EngineState:
     async def _look(self) -> None:
         timeout = LOOK_TIMEOUT
         try:
-            status, _, _ = await self._upstream.request_bytes("GET", "/health", timeout=timeout)
+            status, _ = await self._upstream.request_bytes("GET", "/health", timeout=timeout)
             self.reachable = True
             if status != 200:
                 raise UpstreamError(503, f"engine /health answered {status}")

@@ -21,12 +21,12 @@ from gateway.auth import LOCAL_PRINCIPAL, KeyRing, bearer_token
 from gateway.errors import GatewayError, json_error_bytes
 from gateway.logs import request_id_var
 from gateway.metrics import Metrics
+from gateway.upstream import UPSTREAM_SECONDS, serving_scope
 
 log = logging.getLogger("gateway.access")
 
 ALWAYS_PUBLIC = frozenset({"/health", "/livez", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-UPSTREAM_SECONDS = "gateway.upstream_seconds"  # scope key the relay adds its waiting time to
 
 
 def new_request_id() -> str:
@@ -76,6 +76,7 @@ class GatewayMiddleware:
             request_id = new_request_id()
         token = request_id_var.set(request_id)
         scope[UPSTREAM_SECONDS] = 0.0
+        scope_token = serving_scope.set(scope)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
 
@@ -144,6 +145,7 @@ class GatewayMiddleware:
                     },
                 )
             request_id_var.reset(token)
+            serving_scope.reset(scope_token)
 
     def _authenticate(self, authorization: bytes | None) -> tuple[Any, GatewayError | None]:
         if not self.keyring.enabled:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -32,6 +33,13 @@ from gateway.errors import GatewayError
 
 
 IDLE_CONNECTION_SECONDS = 4.0
+
+# Time spent waiting for the engine, per request: the gateway middleware puts 0.0 under this
+# key of the ASGI scope and points ``serving_scope`` at that scope; ``request_bytes`` adds its
+# own waiting to it, whichever route called it, so X-Gateway-Added-Ms counts only the
+# gateway's own time. A stream's caller adds the wait for the engine's headers itself.
+UPSTREAM_SECONDS = "gateway.upstream_seconds"
+serving_scope: ContextVar[dict | None] = ContextVar("serving_scope", default=None)
 
 
 class UpstreamError(GatewayError):
@@ -190,8 +198,8 @@ class UpstreamClient:
         *,
         request_id: str | None = None,
         timeout: float | None = None,
-    ) -> tuple[int, bytes, float]:
-        """Send ``body``, return (status, response body, seconds spent waiting on the engine)."""
+    ) -> tuple[int, bytes]:
+        """Send ``body``, return (status, response body); the wait counts as engine time."""
         started = time.perf_counter()
         kwargs: dict[str, Any] = {}
         if timeout is not None:
@@ -201,9 +209,13 @@ class UpstreamClient:
                 method, self.url(path), data=body, headers=self._request_headers(request_id), **kwargs
             ) as response:
                 payload = await response.read()
-                return response.status, payload, time.perf_counter() - started
+                return response.status, payload
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise translate_client_error(exc) from exc
+        finally:
+            scope = serving_scope.get()
+            if scope is not None:
+                scope[UPSTREAM_SECONDS] += time.perf_counter() - started
 
     async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None) -> UpstreamStream:
         """POST ``body`` and return once the engine's response headers are in."""
@@ -217,11 +229,11 @@ class UpstreamClient:
 
     async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
         """POST a JSON payload; the decoded JSON answer, or an UpstreamError."""
-        status, body, _ = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id)
+        status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id)
         return self._decode(status, body)
 
     async def get_json(self, path: str, *, timeout: float | None = None) -> dict:
-        status, body, _ = await self.request_bytes("GET", path, timeout=timeout)
+        status, body = await self.request_bytes("GET", path, timeout=timeout)
         return self._decode(status, body)
 
     @staticmethod

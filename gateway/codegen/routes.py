@@ -6,7 +6,6 @@ Errors leave as ``{"detail": ...}`` (the app's handlers), the shape Stack 2.9 cl
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -27,7 +26,6 @@ from gateway.codegen.protocol import (
 )
 from gateway.deps import EngineDep, SettingsDep, UpstreamDep
 from gateway.disconnect import DisconnectWatcher
-from gateway.middleware import UPSTREAM_SECONDS
 
 router = APIRouter(tags=["code generation"])
 
@@ -54,24 +52,6 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T | Resp
         watcher.stop()
 
 
-class TimedUpstream:
-    """The upstream client, adding the time spent waiting for the engine to the request's
-    UPSTREAM_SECONDS, so X-Gateway-Added-Ms and gateway_added_seconds count only the
-    gateway's own time here too, as on the OpenAI routes."""
-
-    def __init__(self, upstream, scope: dict) -> None:
-        self._upstream = upstream
-        self._scope = scope
-
-    async def post_json(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await self._upstream.post_json(*args, **kwargs)
-        finally:
-            waited = time.perf_counter() - started
-            self._scope[UPSTREAM_SECONDS] = self._scope.get(UPSTREAM_SECONDS, 0.0) + waited
-
-
 def _request_id(request: Request) -> str | None:
     return getattr(request.state, "request_id", None)
 
@@ -83,7 +63,7 @@ async def model_info(request: Request, engine: EngineDep, settings: SettingsDep,
 
 async def _generate(body: GenerateRequest, request: Request, upstream, engine, settings, *, extract: bool) -> Any:
     work = service.generate(
-        request=body, extract=extract, upstream=TimedUpstream(upstream, request.scope), engine=engine,
+        request=body, extract=extract, upstream=upstream, engine=engine,
         settings=settings, request_id=_request_id(request),
     )
     return await unless_client_leaves(request, work)
@@ -111,7 +91,7 @@ async def chat(
     _: PrincipalDep,
 ) -> Any:
     work = service.chat(
-        request=body, upstream=TimedUpstream(upstream, request.scope), engine=engine, settings=settings,
+        request=body, upstream=upstream, engine=engine, settings=settings,
         request_id=_request_id(request),
     )
     return await unless_client_leaves(request, work)

@@ -22,7 +22,7 @@ from gateway.auth import Principal
 from gateway.disconnect import DisconnectWatcher
 from gateway.errors import GatewayError, json_error_bytes
 from gateway.metrics import Metrics
-from gateway.middleware import UPSTREAM_SECONDS
+from gateway.upstream import UPSTREAM_SECONDS
 from gateway.openai.prepare import PreparedRequest
 from gateway.sse import DONE, DONE_FRAME, SEPARATOR, KeepAlive, SSEFramer, error_frame
 from gateway.stream_result import StreamResult, StreamTracker
@@ -76,7 +76,7 @@ class RelayJSONResponse(Response):
         # watcher task per request, no second task for the call itself).
         watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
-            status, body, waited = await ctx.upstream.request_bytes(
+            status, body = await ctx.upstream.request_bytes(
                 "POST", self.prepared.path, self.prepared.body, request_id=ctx.request_id
             )
         except asyncio.CancelledError:
@@ -95,7 +95,6 @@ class RelayJSONResponse(Response):
             _absorb_late_cancel(task)
             ctx.metrics.streams_ended.labels("client_disconnect").inc()
             return
-        scope[UPSTREAM_SECONDS] += waited
         if status >= 400:
             error = parse_error_body(status, body)
             if status >= 500:

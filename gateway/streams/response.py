@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.disconnect import DisconnectWatcher
-from gateway.middleware import UPSTREAM_SECONDS
+from gateway.upstream import UPSTREAM_SECONDS
 from gateway.openai.relay import SSE_HEADERS, send_json_error
 from gateway.sse import DONE_FRAME, KeepAlive, error_frame
 from gateway.streams.feeds import FeedBroken

@@ -38,6 +38,7 @@ class FakeEngine:
     health_status: int = 200
     chunk_delay: float = 0.0
     first_chunk_delay: float = 0.0
+    response_delay: float = 0.0  # seconds before a non-streamed answer: the engine "generating"
     received: list[Received] = field(default_factory=list)
     streams_started: int = 0
     streams_aborted: int = 0
@@ -102,6 +103,8 @@ class FakeEngine:
                 raise
         if payload.get("stream"):
             return await self._stream(request, payload)
+        if self.response_delay:
+            await asyncio.sleep(self.response_delay)
         n_tokens = int(payload.get("max_tokens") or 16)
         chat = request.path.endswith("/chat/completions")
         choice = (

@@ -19,6 +19,7 @@ from gateway.config import Settings
 from gateway.device import reported_device
 from gateway.upstream import BadGateway, EngineTimeout, EngineUnavailable
 from tests.fixtures.servers import free_port
+from tests.support.fake_engine import running_fake_engine
 from tests.unit.codegen.test_service import (
     MODEL_NOT_LOADED,
     FakeEngine,
@@ -121,16 +122,13 @@ async def test_extract_code_lists_blocks_only_when_asked(gateway):
     ("/generate", {"prompt": "def f():"}),
     ("/chat", {"messages": [{"role": "user", "content": "hi"}]}),
 ])
-async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(gateway, path, body):
+async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(tmp_path, path, body):
     engine_seconds = 0.4
-
-    class SlowUpstream(FakeUpstream):
-        async def post_json(self, *args, **kwargs):
-            await asyncio.sleep(engine_seconds / 2)  # the engine's own time: tokenize, then generate
-            return await super().post_json(*args, **kwargs)
-
-    gateway.app.state.upstream = SlowUpstream(**answering())
-    response = await gateway.client.post(path, json=body)
+    async with running_fake_engine(response_delay=engine_seconds) as engine:
+        app = create_app(make_settings(tmp_path, vllm_base_url=engine.base_url))
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+                response = await client.post(path, json=body)
     assert response.status_code == 200
     added_ms = float(response.headers["x-gateway-added-ms"])
     assert 0 <= added_ms < engine_seconds * 1000 / 2, added_ms

@@ -91,7 +91,7 @@ async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine()
         async def request_bytes(self, *args, **kwargs):
             if self.failure:
                 raise self.failure
-            return 200, b"", 0.0
+            return 200, b""
 
         async def get_json(self, *args, **kwargs):
             return {"data": [{"id": "m", "max_model_len": 100, "root": "/m"}]}

@@ -223,6 +223,11 @@ else
     args+=(--enforce-eager --dtype "${DTYPE:-bfloat16}")
     export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
     export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-auto}"
+    # On CPUs with AMX every engine process must ask Linux for the tile state before vLLM's
+    # AMX attention kernel runs, or a short first prompt kills the worker (engine/amx/).
+    if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+        export PYTHONPATH="$ROOT/engine/amx${PYTHONPATH:+:$PYTHONPATH}"
+    fi
 fi
 args+=("$@")
 
@@ -244,7 +249,7 @@ ENGINE_LOG="$(absolute "${ENGINE_LOG:-$ROOT/.cache/logs/vllm-$VLLM_PORT.log}")"
 mkdir -p "$(dirname "$ENGINE_LOG")"
 
 if ((PRINT_ONLY)); then
-    for name in VLLM_API_KEY VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND HF_HUB_OFFLINE; do
+    for name in VLLM_API_KEY VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND HF_HUB_OFFLINE PYTHONPATH; do
         if [[ "$name" == VLLM_API_KEY && -n "${!name:-}" ]]; then
             printf '%s=<set> ' "$name"  # never print the secret
         elif [[ -n "${!name:-}" ]]; then

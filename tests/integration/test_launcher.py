@@ -2,6 +2,7 @@
 
 The happy path (start, health, serve, stop on SIGTERM) is what the session's
 ``vllm_engine`` fixture does through the same script; test_engine_fixture.py checks it.
+The last test starts an engine of its own, for what only a fresh engine shows.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.fixtures.engine import _LaunchedEngine
 from tests.fixtures.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
@@ -85,3 +88,15 @@ def test_engine_that_runs_out_of_memory_is_reported_as_such(tmp_path: Path) -> N
     assert reason.startswith("launch_vllm.sh: error: engine ran out of memory")
     assert "VLLM_CPU_KVCACHE_SPACE" in reason
     assert took < 200
+
+
+def test_a_fresh_engine_serves_a_three_token_first_prompt(tmp_path: Path) -> None:
+    # On CPUs with AMX, vLLM's AMX attention kernel killed the worker with SIGILL when the
+    # engine's very first request was this short (no process had asked Linux for the AMX
+    # tile state yet); the launcher's engine/amx/sitecustomize.py asks in every process.
+    with _LaunchedEngine(tmp_path) as engine:
+        response = httpx.post(f"{engine.base_url}/v1/completions", headers=engine.headers, timeout=120,
+                              json={"model": engine.model, "prompt": "def f():", "max_tokens": 16})
+        assert response.status_code == 200, response.text
+        assert response.json()["usage"]["prompt_tokens"] <= 4
+        assert httpx.get(f"{engine.base_url}/health", timeout=10).status_code == 200  # still alive

@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from gateway.api import SESSION_ID_MAX  # the gateway's rule: a conversation's session id names its stream
+
 # Field bounds, shared with the request schemas and the prompt builder.
 NAME_MAX = 200
 EMAIL_MAX = 254
@@ -37,7 +39,6 @@ DESCRIPTION_MAX = 5000
 CATEGORY_MAX = 64
 TAG_MAX = 40
 TAGS_MAX = 20
-SESSION_ID_MAX = 128
 ROLE_MAX = 16
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")

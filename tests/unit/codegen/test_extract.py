@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.codegen.extract import (
+from gateway.protocols.codegen.extract import (
     CodeBlock,
     canonical_language,
     extract_code,

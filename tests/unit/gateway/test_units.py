@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.admission import Admission
-from gateway.auth import KeyRing, bearer_token
-from gateway.sse import SSEFramer
-from gateway.stream_result import StreamTracker
+from gateway.http.admission import Admission
+from gateway.http.auth import KeyRing, bearer_token
+from gateway.relay.sse import SSEFramer
+from gateway.protocols.openai.dialect import OpenAITracker
 
 
 def test_keyring_resolves_rights_and_stores_no_clear_text():
@@ -65,25 +65,31 @@ def test_framer_returns_the_same_events_however_the_bytes_are_cut(events, cuts):
     framer = SSEFramer()
     out = [event for piece in pieces for event in framer.feed(piece)]
     assert out == events
-    assert framer.pending == b""
+    assert framer.feed(b"\n\n") == []  # nothing was left half-read
 
 
 def test_framer_accepts_crlf_and_keeps_partial_events():
     framer = SSEFramer()
     assert framer.feed(b"data: a\r\n\r\ndata: b") == [b"data: a"]
-    assert framer.pending == b"data: b"
     assert framer.feed(b"\n\n") == [b"data: b"]
 
 
-def test_usage_only_chunk_detection():
-    assert StreamTracker().observe(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
-    assert not StreamTracker().observe(b'data: {"choices":[{"index":0}],"usage":null}')
+USAGE_ONLY = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}'
+CONTENT = b'data: {"choices":[{"index":0}],"usage":null}'
+
+
+def test_the_usage_only_chunk_is_dropped_unless_the_client_asked_for_it():
+    assert OpenAITracker(relay_usage=False, collect_text=False).accept([CONTENT, USAGE_ONLY]) == [CONTENT]
+    assert OpenAITracker(relay_usage=True, collect_text=False).accept([CONTENT, USAGE_ONLY]) == [CONTENT, USAGE_ONLY]
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    assert tracker.accept([USAGE_ONLY, CONTENT, b"data: [DONE]"]) == [CONTENT, b"data: [DONE]"]
+    assert tracker.ended and tracker.result().usage == {"prompt_tokens": 1}
 
 
 async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine():
     from gateway.config import Settings
-    from gateway.engine import TIMEOUTS_BEFORE_NOT_READY, EngineState
-    from gateway.upstream import EngineTimeout, EngineUnavailable
+    from gateway.engines.state import TIMEOUTS_BEFORE_NOT_READY, EngineState
+    from gateway.engines.errors import EngineTimeout, EngineUnavailable
 
     class Upstream:
         failure: Exception | None = None

@@ -51,8 +51,9 @@ async def test_seed_if_empty_loads_once(database_url):
         await engine.dispose()
 
 
-async def test_first_start_seeds_when_asked(database_url, fake_engine):
-    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url, seed_demo_data=True)
+async def test_first_start_seeds_when_asked(database_url, fake_engine, monkeypatch):
+    monkeypatch.setenv("SEED_DEMO_DATA", "true")  # the marketplace reads its own settings from the environment
+    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url)
     async with running_app(settings) as client:
         assert await count_rows(client, "suppliers") == len(demo_catalogue())
         found = (await client.get("/api/products/search", headers=READ,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.unit.streams.conftest import OTHER_KEY, READ_KEY, chat
+from tests.unit.streams.conftest import OTHER_KEY, READ_KEY, chat, in_memory
 from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
 
 
@@ -110,7 +110,7 @@ async def test_only_the_creating_key_can_resume_cancel_or_see_a_session(gateway,
     async with gateway(session_store=store, api_keys=[READ_KEY, OTHER_KEY]) as (base, app), fresh_client(base) as client:
         mine = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
                                                json=chat(100, session_id="private-1"), headers=bearer(READ_KEY)))
-        await until(lambda: app.state.sessions.sessions_in_memory > 0)
+        await until(lambda: in_memory(app) > 0)
         resume = await client.get("/v1/sessions/private-1/events", headers=bearer(OTHER_KEY))
         post_resume = await client.post("/v1/chat/completions", json=chat(2),
                                          headers={**bearer(OTHER_KEY), "Last-Event-ID": "private-1:0"})

@@ -24,16 +24,25 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.loadgen import Scenario
-from bench.machine import REPO_ROOT, machine_info
 from bench.cpu import wait_until_quiet
 from bench.engine_probe import EngineCounter
 from bench.engine_proc import confined_engine
+from bench.loadgen import Scenario
+from bench.machine import REPO_ROOT, machine_info
 from bench.memory import measure_open_streams
 from bench.postgres import PostgresUnavailable, throwaway_postgres
-from bench.procs import (PYTHON, Pinning, ServerFailedToStart, ServerProcess, boost_priority,
-                         free_port, raise_fd_limit, start_fake_upstream, start_server,
-                         stop_server)
+from bench.procs import (
+    PYTHON,
+    Pinning,
+    ServerFailedToStart,
+    ServerProcess,
+    boost_priority,
+    free_port,
+    raise_fd_limit,
+    start_fake_upstream,
+    start_server,
+    stop_server,
+)
 from bench.report import write_results
 from bench.rounds import DIRECT, Target, measure_interleaved, summarise_scenario
 from bench.targets import evaluate
@@ -272,7 +281,7 @@ async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tm
     """
     try:
         model = await _engine_model(engine_url)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, IndexError) as error:
+    except (TimeoutError, aiohttp.ClientError, OSError, KeyError, IndexError) as error:
         return {"skipped": f"engine at {engine_url} not usable: {error!r}"}
     out = {"url": engine_url, "model": model, "rounds": plan.rounds,
            "duration_s": plan.engine_duration, "variants": {}}

@@ -9,11 +9,10 @@ that compose.yaml only sets variables the gateway or a feature reads.
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 CommaList = Annotated[list[str], NoDecode]
 

@@ -33,7 +33,7 @@ def settings_classes() -> list[type]:
     """The gateway's settings class and every installed feature's: every variable any of them reads."""
     from gateway.config import Settings
 
-    return [Settings, *(getattr(factory, "settings_class") for factory in installed_features().values()
+    return [Settings, *(factory.settings_class for factory in installed_features().values()
                         if getattr(factory, "settings_class", None) is not None)]
 
 

@@ -34,10 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.api import BadGateway, EngineHTTPError
 from marketplace import geo, prompt
 from marketplace.errors import Conflict, Forbidden
+from marketplace.listing import criteria_from_parsed
 from marketplace.models import Conversation, Message, utcnow
 from marketplace.query import parse_query
 from marketplace.schemas import ChatRequest
-from marketplace.listing import criteria_from_parsed
 from marketplace.search import Hit, search_products
 from marketplace.users import get_user
 

@@ -155,7 +155,7 @@ async def get_user(user_id: Id, _: PrincipalDep, session: SessionDep) -> UserOut
 
 
 @router.post("/chat", response_model=ChatOut)
-async def chat_message(body: ChatRequest, principal: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
+async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
     """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
     gateway = mp.gateway
     options = dict(

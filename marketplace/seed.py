@@ -200,7 +200,7 @@ async def seed_if_empty(*, session_factory: async_sessionmaker[AsyncSession]) ->
         await session.flush()
         products = [
             Product(supplier_id=row.id, tags_text=tags_text_for(p["tags"]), created_at=now, updated_at=now, **p)
-            for row, s in zip(rows, catalogue)
+            for row, s in zip(rows, catalogue, strict=True)
             for p in s.products
         ]
         session.add_all(products)

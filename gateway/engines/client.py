@@ -16,7 +16,6 @@ the engine counts as engine time of the request being served (``http.timing``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -46,7 +45,7 @@ class EngineStream:
         try:
             async for chunk in self.response.content.iter_any():
                 yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
 
     async def refusal(self) -> EngineHTTPError | None:
@@ -55,7 +54,7 @@ class EngineStream:
             return None
         try:
             body = await self.response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
         finally:
             self.close()
@@ -137,14 +136,15 @@ class EngineClient:
         started = time.perf_counter()
         kwargs: dict[str, Any] = {}
         if timeout is not None:
-            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, self._timeout.sock_connect or timeout))
+            connect = min(timeout, self._timeout.sock_connect or timeout)
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, sock_connect=connect)
         try:
             async with self.pool.request(
                 method, self.url(path), data=body, headers=self._request_headers(request_id), **kwargs
             ) as response:
                 payload = await response.read()
                 return response.status, payload
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
         finally:
             add_engine_wait(time.perf_counter() - started)
@@ -155,7 +155,7 @@ class EngineClient:
             response = await self.pool.post(
                 self.url(path), data=body, headers=self._request_headers(request_id)
             )
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
         return EngineStream(response, self.chunk_timeout)
 

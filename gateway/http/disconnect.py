@@ -49,7 +49,7 @@ class DisconnectWatcher:
             else:
                 try:
                     message = await asyncio.wait_for(self._receive(), self._tick_seconds)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if self._on_tick is not None:
                         with contextlib.suppress(Exception):
                             await self._on_tick()

@@ -196,4 +196,5 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error", extra={"path": request.url.path})
-        return shapes.response(request.url.path, GatewayError(500, "internal error in the gateway", type="server_error"))
+        error = GatewayError(500, "internal error in the gateway", type="server_error")
+        return shapes.response(request.url.path, error)

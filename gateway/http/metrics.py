@@ -59,7 +59,8 @@ class Metrics:
             registry=r,
         )
         self._request_children: dict[tuple[str, int], tuple] = {}
-        self.engine_ready = Gauge("gateway_engine_ready", "1 when the engine answers health and lists models", registry=r)
+        self.engine_ready = Gauge("gateway_engine_ready", "1 when the engine answers health and lists models",
+                                  registry=r)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one answered request; label children are cached (``labels()`` is not free)."""

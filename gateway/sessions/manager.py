@@ -1,4 +1,4 @@
-"""The session manager: the stream backend with resumable sessions. Starts generations, attaches followers, cancels, forgets.
+"""The session manager, the stream backend with resumable sessions: starts generations, attaches followers, cancels.
 
 Per process it holds the generations produced here (and, with the memory store, recently
 finished ones), keyed by (API key id, session id), so another key's session is simply not
@@ -30,8 +30,15 @@ from gateway.relay.context import RelayContext, StreamCall
 from gateway.relay.dialect import StreamDialect
 from gateway.sessions import replies as R
 from gateway.sessions.feeds import LocalFeed, StoreFeed
-from gateway.sessions.generation import (CANCEL_REQUEST, CLIENT_DISCONNECTED, DISCONNECT_TIMEOUT, FENCED, SHUTDOWN,
-                                         Generation, SessionKey)
+from gateway.sessions.generation import (
+    CANCEL_REQUEST,
+    CLIENT_DISCONNECTED,
+    DISCONNECT_TIMEOUT,
+    FENCED,
+    SHUTDOWN,
+    Generation,
+    SessionKey,
+)
 from gateway.sessions.ids import ResumePoint, new_session_id, parse_last_event_id
 from gateway.sessions.maintenance import maintain
 from gateway.sessions.persistence import LOST, FeedBroken, Persistence
@@ -79,10 +86,10 @@ class SessionManager:
             self.store.on_cancel_request = self.cancel_requested_elsewhere
             await self.store.open()
             self._background.append(loop.create_task(self.persistence.writer.run(), name="sessions-writer"))
-        self._background.append(loop.create_task(maintain(
-            self.store, beat_every=check_interval, gc_every=min(60.0, max(1.0, self.settings.sessions_ttl_seconds / 10)),
-            producing=self._producing, on_cancel=self.cancel_requested_elsewhere,
-            collect_garbage=self.collect_garbage), name="sessions-maintenance"))
+        gc_every = min(60.0, max(1.0, self.settings.sessions_ttl_seconds / 10))
+        chores = maintain(self.store, beat_every=check_interval, gc_every=gc_every, producing=self._producing,
+                          on_cancel=self.cancel_requested_elsewhere, collect_garbage=self.collect_garbage)
+        self._background.append(loop.create_task(chores, name="sessions-maintenance"))
 
     def begin_shutdown(self, grace_seconds: float) -> None:
         """The server is stopping: no new generation; every live one gets its explicit ending in time.

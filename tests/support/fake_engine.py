@@ -178,7 +178,7 @@ async def running_fake_engine(**kwargs):
         await engine.stop()
 
 
-def settings_for(engine: FakeEngine, **values) -> "Settings":
+def settings_for(engine: FakeEngine, **values):
     """Gateway settings in front of ``engine``: no access log, no background engine polling."""
     from gateway.config import Settings
 

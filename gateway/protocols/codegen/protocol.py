@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from gateway.protocols.codegen.extract import code_of, extract_code_blocks
 from gateway.config import Settings
+from gateway.protocols.codegen.extract import code_of, extract_code_blocks
 
 # vLLM treats any temperature below this as greedy decoding (vllm.sampling_params._SAMPLING_EPS)
 # and then refuses n > 1, so the gateway must recognise greedy requests with the same cut-off.

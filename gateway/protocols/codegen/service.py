@@ -21,6 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gateway.config import Settings
+from gateway.engines.device import reported_device
+from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError
+from gateway.http.errors import GatewayError
 from gateway.protocols.codegen.extract import extract_code
 from gateway.protocols.codegen.protocol import (
     AssistantMessage,
@@ -33,10 +37,6 @@ from gateway.protocols.codegen.protocol import (
     resolve_sampling,
     validate_conversation,
 )
-from gateway.config import Settings
-from gateway.engines.device import reported_device
-from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError
-from gateway.http.errors import GatewayError
 
 MODEL_NOT_LOADED = "Model not loaded. Check /health for status."
 UNKNOWN_DTYPE = "auto"

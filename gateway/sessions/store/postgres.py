@@ -81,7 +81,8 @@ def postgres_dsn(url: str) -> str:
     """An asyncpg DSN from ``postgresql[+asyncpg]://`` or ``postgres://``."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
-        raise ValueError(f"SESSION_STORE=postgres needs a postgresql:// URL in SESSIONS_DATABASE_URL or DATABASE_URL, got {scheme or url!r}")
+        raise ValueError(f"SESSION_STORE=postgres needs a postgresql:// URL in SESSIONS_DATABASE_URL or DATABASE_URL, "
+                         f"got {scheme or url!r}")
     return "postgresql://" + rest
 
 

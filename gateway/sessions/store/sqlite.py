@@ -19,8 +19,14 @@ from pathlib import Path
 import aiosqlite
 
 from gateway.sessions.frames import pack_frames
-from gateway.sessions.store.base import (ENDED, LIVE, Batch, EndingFactory, NewGeneration, StoredSession,
-                                        split_chunk_rows)
+from gateway.sessions.store.base import (
+    LIVE,
+    Batch,
+    EndingFactory,
+    NewGeneration,
+    StoredSession,
+    split_chunk_rows,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS stream_sessions (
@@ -74,7 +80,8 @@ def sqlite_path(url: str) -> str:
     """The file of a ``sqlite:///path`` or ``sqlite+aiosqlite:///path`` URL."""
     scheme, sep, rest = url.partition("://")
     if not sep or not scheme.startswith("sqlite"):
-        raise ValueError(f"SESSION_STORE=sqlite needs a sqlite:/// URL in SESSIONS_DATABASE_URL or DATABASE_URL, got {scheme or url!r}")
+        raise ValueError(f"SESSION_STORE=sqlite needs a sqlite:/// URL in SESSIONS_DATABASE_URL or DATABASE_URL, "
+                         f"got {scheme or url!r}")
     path = rest[1:] if rest.startswith("/") else rest  # sqlite:///rel, sqlite:////abs
     path = path.split("?", 1)[0]
     if not path or path == ":memory:":

@@ -60,7 +60,7 @@ async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(
             model=engine.model, messages=[{"role": "user", "content": "Tell me everything."}],
             max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True})
         seen = 0
-        async for chunk in stream:
+        async for _chunk in stream:
             seen += 1
             if seen == 5:
                 break

@@ -7,6 +7,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from gateway.config import Settings
 from gateway.protocols.codegen.protocol import (
     AssistantMessage,
     ChatMessage,
@@ -22,7 +23,6 @@ from gateway.protocols.codegen.protocol import (
     resolve_sampling,
     validate_conversation,
 )
-from gateway.config import Settings
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.config import Settings
+from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable, parse_error_body
+from gateway.http.errors import GatewayError
 from gateway.protocols.codegen import service
 from gateway.protocols.codegen.protocol import ChatMessage, ChatRequest, GenerateRequest
-from gateway.config import Settings
-from gateway.http.errors import GatewayError
-from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable, parse_error_body
 
 MODEL_NOT_LOADED = "Model not loaded. Check /health for status."
 

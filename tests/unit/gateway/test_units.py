@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from gateway.http.admission import Admission
 from gateway.http.auth import KeyRing, bearer_token
-from gateway.relay.sse import SSEFramer
 from gateway.protocols.openai.dialect import OpenAITracker
+from gateway.relay.sse import SSEFramer
 
 
 def test_keyring_resolves_rights_and_stores_no_clear_text():
@@ -61,7 +61,7 @@ EVENTS = st.lists(
 def test_framer_returns_the_same_events_however_the_bytes_are_cut(events, cuts):
     stream = b"".join(e + b"\n\n" for e in events)
     positions = sorted({c % (len(stream) + 1) for c in cuts})
-    pieces = [stream[a:b] for a, b in zip([0, *positions], [*positions, len(stream)])]
+    pieces = [stream[a:b] for a, b in zip([0, *positions], [*positions, len(stream)], strict=True)]
     framer = SSEFramer()
     out = [event for piece in pieces for event in framer.feed(piece)]
     assert out == events
@@ -88,8 +88,8 @@ def test_the_usage_only_chunk_is_dropped_unless_the_client_asked_for_it():
 
 async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine():
     from gateway.config import Settings
-    from gateway.engines.state import TIMEOUTS_BEFORE_NOT_READY, EngineState
     from gateway.engines.errors import EngineTimeout, EngineUnavailable
+    from gateway.engines.state import TIMEOUTS_BEFORE_NOT_READY, EngineState
 
     class Upstream:
         failure: Exception | None = None

@@ -10,7 +10,7 @@ import sys
 from marketplace.categories import CATEGORIES
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.seed import CITIES, demo_catalogue, seed_if_empty
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     READ,
     count_rows,
     database_url,

@@ -32,7 +32,7 @@ from gateway.http.auth import KeyRing
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
-from gateway.http.raw_routes import RawRouter, document_raw_routes
+from gateway.http.raw_routes import RawRoute, RawRouter, document_raw_routes, register_shapes
 from gateway.protocols.codegen.routes import codegen_router
 from gateway.protocols.health import health_router
 from gateway.protocols.openai.dialect import OPENAI
@@ -57,7 +57,7 @@ class GatewayApp(FastAPI):
     """
 
     gateway_middleware: dict | None = None
-    raw_routes: list = []
+    raw_routes: list[RawRoute] = []  # set by create_app
 
     def build_middleware_stack(self):
         stack = super().build_middleware_stack()
@@ -127,8 +127,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         setattr(app.state, feature.name, feature)
     install_error_handlers(app, shapes)
     app.raw_routes = openai.routes()
-    for path, shape in RawRouter(None, app.raw_routes).shapes():
-        shapes.register(path, shape)
+    register_shapes(shapes, app.raw_routes)
     app.include_router(health_router(core))
     app.include_router(sessions_router(sessions))
     app.include_router(codegen_router(core))

@@ -34,6 +34,3 @@ class Admission:
             self._per_key[key_id] = held
         else:
             del self._per_key[key_id]  # keeps the map bounded by keys actually in flight
-
-    def held_by(self, key_id: str) -> int:
-        return self._per_key.get(key_id, 0)

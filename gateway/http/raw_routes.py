@@ -26,7 +26,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.http.errors import ErrorShape, GatewayError, send_error
+from gateway.http.errors import ErrorShape, ErrorShapes, GatewayError, send_error
 
 log = logging.getLogger("gateway.routes")
 
@@ -84,10 +84,6 @@ class RawRouter:
                     self._exact[(route.method, path)] = route
                     self._methods.setdefault(path, set()).add(route.method)
 
-    def shapes(self) -> list[tuple[str, ErrorShape]]:
-        """(path, error shape) of every declared path, for ``ErrorShapes.register``."""
-        return [(path, route.error_shape) for route in self.routes for path in route.paths if not _PARAM.search(path)]
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             route = self._exact.get((scope["method"], scope["path"]))
@@ -128,6 +124,16 @@ class RawRouter:
         except Exception:
             log.exception("unhandled error", extra={"path": scope["path"]})
             await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), send)
+
+
+def register_shapes(shapes: ErrorShapes, routes: list[RawRoute]) -> None:
+    """Make every declared path's errors, refusals included, leave in its route's shape."""
+    for route in routes:
+        for path in route.paths:
+            if _PARAM.search(path):
+                shapes.register_prefix(path[:path.index("{")], route.error_shape)
+            else:
+                shapes.register(path, route.error_shape)
 
 
 def _compile(template: str) -> re.Pattern:

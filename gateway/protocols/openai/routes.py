@@ -32,7 +32,7 @@ from gateway.relay.context import StreamCall
 from gateway.relay.plain import PlainStreamResponse
 from gateway.relay.pump import CompletionHook
 from gateway.relay.unary import RelayJSONResponse
-from gateway.sessions.ids import resume_value
+from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value
 
 TAGS = ("OpenAI-compatible",)
 JSON = [(b"content-type", b"application/json")]
@@ -127,7 +127,7 @@ CHAT_SCHEMA = {
     "properties": {
         **_COMMON,
         "messages": {"type": "array", "items": {"type": "object"}},
-        "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$",
+        "session_id": {"type": "string", "pattern": SESSION_ID_PATTERN,
                        "description": "the gateway's: names a resumable session (chat streams only)"},
         "tools": {"type": "array", "items": {"type": "object"}},
         "response_format": {"type": "object"},

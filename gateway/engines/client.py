@@ -17,7 +17,6 @@ the engine counts as engine time of the request being served (``http.timing``).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -26,6 +25,7 @@ from yarl import URL
 
 from gateway.config import Settings
 from gateway.engines.errors import BadGateway, EngineHTTPError, parse_error_body, translate_client_error
+from gateway.engines.routing import RouteHints
 from gateway.http.timing import add_engine_wait
 
 IDLE_CONNECTION_SECONDS = 4.0
@@ -36,15 +36,16 @@ class EngineStream:
 
     def __init__(self, response: aiohttp.ClientResponse, chunk_timeout: float) -> None:
         self.response = response
+        self._content = response.content
         self.status = response.status
         # After the headers, the read timeout is the between-chunks silence limit.
         if response.connection is not None and response.connection.protocol is not None:
             response.connection.protocol.read_timeout = chunk_timeout
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    async def read(self) -> bytes:
+        """The bytes that arrived since the last read (waiting for some); b"" once the stream ended."""
         try:
-            async for chunk in self.response.content.iter_any():
-                yield chunk
+            return await self._content.readany()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
 
@@ -66,6 +67,9 @@ class EngineStream:
 
 
 class EngineClient:
+    """The engines as the rest of the gateway calls them (one engine today; ``route`` hints are
+    for a fleet's router and change nothing here)."""
+
     def __init__(self, settings: Settings) -> None:
         self.base_url = settings.vllm_base_url
         self._settings = settings
@@ -131,6 +135,7 @@ class EngineClient:
         *,
         request_id: str | None = None,
         timeout: float | None = None,
+        route: RouteHints | None = None,
     ) -> tuple[int, bytes]:
         """Send ``body``, return (status, response body); the wait counts as engine time."""
         started = time.perf_counter()
@@ -149,7 +154,8 @@ class EngineClient:
         finally:
             add_engine_wait(time.perf_counter() - started)
 
-    async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None) -> EngineStream:
+    async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None,
+                          route: RouteHints | None = None) -> EngineStream:
         """POST ``body`` and return once the engine's response headers are in."""
         try:
             response = await self.pool.post(
@@ -159,9 +165,11 @@ class EngineClient:
             raise translate_client_error(exc) from exc
         return EngineStream(response, self.chunk_timeout)
 
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
+    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None,
+                        route: RouteHints | None = None) -> dict:
         """POST a JSON payload; the decoded JSON answer, or an EngineError."""
-        status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id)
+        status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id,
+                                                route=route)
         return self._decode(status, body)
 
     async def get_json(self, path: str, *, timeout: float | None = None) -> dict:

@@ -27,7 +27,7 @@ class DisconnectWatcher:
         on_tick: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._receive = receive
-        self._on_disconnect = on_disconnect
+        self.on_disconnect = on_disconnect  # may be replaced while watching
         self._tick_seconds = tick_seconds
         self._on_tick = on_tick
         self._task: asyncio.Task | None = None
@@ -56,5 +56,5 @@ class DisconnectWatcher:
                     continue
             if message["type"] == "http.disconnect":
                 self.disconnected = True
-                self._on_disconnect()
+                self.on_disconnect()
                 return

@@ -1,10 +1,11 @@
 """One client's event stream, as raw ASGI: start it, write bodies, keep it alive, notice it leave.
 
 After the request body is read, an ASGI server's ``receive()`` only returns when the
-client disconnects, so one watcher task per stream waits on it (``http.disconnect``) and
-ticks every keep-alive interval: when a whole interval passed with nothing written, a
-``: keep-alive`` comment goes out, so proxies never see a silence longer than two intervals.
-Writing is a plain ``send`` per body: the stream's owner decides how much goes in one.
+client disconnects, so one watcher task per request waits on it (``http.disconnect``),
+from before the engine answers until the stream ends, and ticks every keep-alive
+interval: when a whole interval passed with nothing written, a ``: keep-alive`` comment
+goes out, so proxies never see a silence longer than two intervals. Writing is a plain
+``send`` per body: the stream's owner decides how much goes in one.
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ from gateway.http.disconnect import DisconnectWatcher
 from gateway.relay.sse import KEEPALIVE_FRAME, SSE_HEADERS
 
 
-class ClientChannel:
-    __slots__ = ("_send", "_receive", "_keepalive_seconds", "_on_leave", "_watcher", "_written", "_seen", "closed")
+def _nothing() -> None:
+    return None
 
-    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float,
-                 on_leave: Callable[[], None]) -> None:
+
+class ClientChannel:
+    __slots__ = ("_send", "_receive", "_keepalive_seconds", "_watcher", "_written", "_seen", "started", "closed")
+
+    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float) -> None:
         self._send = send
         self._receive = receive
         self._keepalive_seconds = keepalive_seconds
-        self._on_leave = on_leave
         self._watcher: DisconnectWatcher | None = None
         self._written = 0   # bodies written; the keep-alive tick compares it with what it saw last
         self._seen = -1
+        self.started = False
         self.closed = False
 
     @property
@@ -36,12 +40,26 @@ class ClientChannel:
         """The client disconnected."""
         return self._watcher is not None and self._watcher.disconnected
 
+    def on_leave(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the client disconnects (at once if it already did)."""
+        if self._watcher is None:
+            self._watcher = DisconnectWatcher(self._receive, callback, tick_seconds=self._keepalive_seconds,
+                                              on_tick=self._tick).start()
+            return
+        self._watcher.on_disconnect = callback
+        if self._watcher.disconnected:
+            callback()
+
+    def ignore_leaving(self) -> None:
+        """Keep noticing a disconnect (``gone``) but call nobody."""
+        if self._watcher is not None:
+            self._watcher.on_disconnect = _nothing
+
     async def start(self, extra_headers: list[tuple[bytes, bytes]] = ()) -> None:
-        """Send the SSE response head and start watching the client."""
+        """Send the SSE response head."""
         headers = [*SSE_HEADERS, *extra_headers] if extra_headers else SSE_HEADERS
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        self._watcher = DisconnectWatcher(self._receive, self._on_leave, tick_seconds=self._keepalive_seconds,
-                                          on_tick=self._tick).start()
+        self.started = True
 
     async def write(self, body: bytes) -> None:
         if not self.closed and not self.gone:
@@ -53,9 +71,8 @@ class ClientChannel:
         if self.closed:
             return
         self.closed = True
-        if self._watcher is not None:
-            self._watcher.stop()
-        if not self.gone:
+        self.stop_watching()
+        if self.started and not self.gone:
             await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     def stop_watching(self) -> None:
@@ -63,6 +80,6 @@ class ClientChannel:
             self._watcher.stop()
 
     async def _tick(self) -> None:
-        if self._written == self._seen and not self.closed:  # nothing written since the last tick
+        if self._written == self._seen and self.started and not self.closed:  # nothing written since last tick
             await self._send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
         self._seen = self._written

@@ -8,12 +8,14 @@ dialect, and what the client asked of the stream. The protocol builds both; the 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.responses import Response
 
-from gateway.engines.client import EngineClient
+from gateway.engines.client import EngineClient, EngineStream
+from gateway.engines.routing import RouteHints
 from gateway.http.errors import ErrorShape
 from gateway.http.metrics import Metrics
 from gateway.relay.dialect import StreamDialect
@@ -29,6 +31,10 @@ class RelayContext:
     keepalive_seconds: float
     error_shape: ErrorShape   # how errors before the stream starts are written
 
+    def opener(self, call: StreamCall) -> Callable[[], Awaitable[EngineStream]]:
+        """What opens ``call``'s engine stream (for ``relay.opening.open_watching``)."""
+        return lambda: self.engines.open_stream(call.path, call.body, request_id=self.request_id, route=call.route)
+
 
 @dataclass(slots=True)
 class StreamCall:
@@ -41,6 +47,7 @@ class StreamCall:
     model: object = None
     on_complete: CompletionHook | None = None
     resume_from: str | None = None  # Last-Event-ID as sent, when the request resumes a session
+    route: RouteHints | None = None  # where the engine layer should send it (a fleet reads it)
 
 
 class StreamBackend(Protocol):

@@ -48,8 +48,13 @@ class StreamResult:
 class StreamTracker(Protocol):
     ended: bool  # the protocol's terminal event was accepted
 
-    def accept(self, events: list[bytes]) -> list[bytes]:
-        """Account for the events of one engine read; return the ones to relay, in order."""
+    def accept(self, block: bytes) -> bytes:
+        """Account for the whole events one engine read completed (a block ending in a blank line).
+
+        Returns the block to relay: ``block`` itself when nothing in it must change (the
+        common case, which must stay cheap: it runs once per engine read), else the events
+        to relay, still as one block ending in a blank line (b"" for none).
+        """
 
     def result(self) -> StreamResult: ...
 

@@ -20,18 +20,6 @@ from gateway.relay.opening import open_watching
 from gateway.relay.pump import joined, pump, settle
 
 
-class ChannelSink:
-    """The plain relay's sink: each engine read's events go to the client as one body."""
-
-    __slots__ = ("channel",)
-
-    def __init__(self, channel: ClientChannel) -> None:
-        self.channel = channel
-
-    async def write(self, events: list[bytes]) -> None:
-        await self.channel.write(joined(events))
-
-
 class PlainStreamResponse(Response):
     def __init__(self, call: StreamCall, ctx: RelayContext) -> None:
         self.call = call
@@ -41,22 +29,27 @@ class PlainStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call, ctx = self.call, self.ctx
+        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds)
         try:
-            stream = await open_watching(
-                lambda: ctx.engines.open_stream(call.path, call.body, request_id=ctx.request_id), receive, scope)
+            stream = await open_watching(ctx.opener(call), channel, scope)
         except GatewayError as error:
+            channel.stop_watching()
             ctx.metrics.upstream_errors.labels(error.code or str(error.status)).inc()
             await send_error(ctx.error_shape, error, send)
             return
+        except BaseException:
+            channel.stop_watching()
+            raise
         if stream is None:
+            channel.stop_watching()
             ctx.metrics.streams_ended.labels("client_disconnect").inc()
             return
         tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None)
-        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, on_leave=stream.close)
+        channel.on_leave(stream.close)  # the engine aborts the generation
         failure = None
         try:
             await channel.start()
-            failure = await pump(stream, tracker, ChannelSink(channel))
+            failure = await pump(stream, tracker, channel)  # each read's events: one body to the client
         except asyncio.CancelledError:
             channel.stop_watching()
             raise

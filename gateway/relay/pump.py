@@ -1,10 +1,11 @@
-"""The one streaming loop: engine bytes -> whole events -> the dialect's tracker -> a sink.
+"""The one streaming loop: engine bytes -> blocks of whole events -> the dialect's tracker -> a sink.
 
 Both ways a stream reaches clients use it: straight to one client (``relay.plain``), or
 into a session's event log that any number of clients follow (``sessions.producer``),
 whose first client is written to from this same loop, without another task in between.
 Everything one engine read completed goes to the sink in one call, so a sink writes one
-body per read, not one per event.
+body per read, not one per event; in the common case (content events only) the block the
+engine sent is relayed as it is.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ CompletionHook = Callable[[StreamResult], Awaitable[None]]
 
 
 class Sink(Protocol):
-    async def write(self, events: list[bytes]) -> None:
-        """Take the events one engine read completed (whole events, without blank lines)."""
+    async def write(self, block: bytes) -> None:
+        """Take the whole events one engine read completed (one block ending in a blank line)."""
 
 
 async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> GatewayError | None:
@@ -35,17 +36,18 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
     Returns the failure that broke the stream, if any. A stream that stopped without its
     terminal event and without a failure ended early: the caller checks ``tracker.ended``.
     """
-    framer = SSEFramer()
+    complete = SSEFramer().complete
     accept = tracker.accept
     write = sink.write
+    read = stream.read
     try:
-        async for chunk in stream.iter_bytes():
-            events = framer.feed(chunk)
-            if not events:
+        while chunk := await read():
+            block = complete(chunk)
+            if not block:
                 continue
-            kept = accept(events)
-            if kept:
-                await write(kept)
+            block = accept(block)
+            if block:
+                await write(block)
             if tracker.ended:
                 return None
     except GatewayError as failure:

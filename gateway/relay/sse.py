@@ -1,8 +1,9 @@
 """Server-sent events by byte-splitting: no per-chunk JSON unless something must be read.
 
 Engines frame every event as ``data: <json>\\n\\n`` (or ``event: <name>\\ndata: <json>\\n\\n``).
-The framer cuts the byte stream at blank lines and hands back whole events (without the
-trailing blank line); partial events wait in a buffer for the next read.
+The framer cuts the byte stream after its last blank line and hands back the block of whole
+events that one read completed, unsplit (most blocks are relayed as they are: one search for
+the last blank line, no per-event work); a partial event waits in a buffer for the next read.
 """
 
 from __future__ import annotations
@@ -24,16 +25,34 @@ class SSEFramer:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Whole events completed by ``chunk``, in order."""
+    def complete(self, chunk: bytes) -> bytes:
+        """The whole events ``chunk`` completed, as one block ending in a blank line (or b"")."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
         data = self._buffer + chunk if self._buffer else chunk
-        if SEPARATOR not in data:
+        end = data.rfind(SEPARATOR)
+        if end < 0:
             self._buffer = data
-            return []
-        *events, self._buffer = data.split(SEPARATOR)
-        return [event for event in events if event]
+            return b""
+        end += 2
+        if end == len(data):
+            self._buffer = b""
+            return data
+        self._buffer = data[end:]
+        return data[:end]
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Whole events completed by ``chunk``, in order (without their blank lines)."""
+        return split_events(self.complete(chunk))
+
+
+def split_events(block: bytes) -> list[bytes]:
+    """A block of whole events -> the events, without their blank lines (empty ones dropped)."""
+    if not block:
+        return []
+    events = block.split(SEPARATOR)
+    events.pop()  # after the last blank line: nothing
+    return events if all(events) else [event for event in events if event]
 
 
 def event_data(event: bytes) -> bytes | None:

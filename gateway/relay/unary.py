@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.engines.errors import parse_error_body
+from gateway.engines.routing import RouteHints
 from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.errors import GatewayError, send_error
 from gateway.relay.context import RelayContext
@@ -24,12 +25,13 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 class RelayJSONResponse(Response):
     def __init__(self, method: str, path: str, body: bytes | None, ctx: RelayContext, *,
-                 count_usage: bool = True) -> None:
+                 count_usage: bool = True, route: RouteHints | None = None) -> None:
         self.method = method
         self.path = path
         self.body_out = body
         self.ctx = ctx
         self.count_usage = count_usage
+        self.route = route
         self.status_code = 200
         self.background = None
 
@@ -39,7 +41,7 @@ class RelayJSONResponse(Response):
         watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
             status, body = await ctx.engines.request_bytes(self.method, self.path, self.body_out,
-                                                           request_id=ctx.request_id)
+                                                           request_id=ctx.request_id, route=self.route)
         except asyncio.CancelledError:
             if watcher.disconnected and task.uncancel() == 0:
                 ctx.metrics.streams_ended.labels("client_disconnect").inc()

@@ -25,8 +25,7 @@ def frame(prefix: bytes, index: int, event: bytes) -> bytes:
 
 def frames(prefix: bytes, start: int, events: list[bytes]) -> list[bytes]:
     """``events`` framed with consecutive indices from ``start``."""
-    return [b"".join((prefix, str(index).encode(), b"\n", event, SEPARATOR))
-            for index, event in enumerate(events, start)]
+    return [b"%s%d\n%s\n\n" % (prefix, index, event) for index, event in enumerate(events, start)]
 
 
 def split_frames(blob: bytes) -> list[bytes]:

@@ -50,6 +50,7 @@ class Generation:
         self.key = key
         self.gen_id = new_generation_id()
         self.named = named  # the client named it: it survives disconnects for a while
+        self.detached = False  # produced for nobody in particular (a background run): never stopped for lack of clients
         self.prefix = id_prefix(key.session_id)
         self.log = EventLog(ring_size, persistent=persistent)
         self.dialect = dialect

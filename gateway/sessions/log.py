@@ -45,7 +45,8 @@ class EventLog:
         self.frames.extend(frames)
         if len(self.frames) > self.ring_size + self._slack:
             self._trim()
-        self.wake()
+        if self._waiter is not None:
+            self.wake()
 
     def finish(self, frames: list[bytes]) -> None:
         """Append the ending (always ends with ``[DONE]``) and close the log."""

@@ -207,7 +207,25 @@ class SessionManager:
         return R.session_state(session_id, status=status, how=how, events=count)
 
     # --- starting a generation -------------------------------------------------------------------
+    async def start_detached(self, call: StreamCall, ctx: RelayContext) -> Generation:
+        """A generation produced by a task of its own, for no client (e.g. a background run).
+
+        Followers attach by resuming it; it is never stopped for lack of clients, only by a
+        cancel, the engine, or the gateway stopping. ``call.on_complete`` tells the caller
+        how it ended (also when the engine refused it).
+        """
+        generation = await self._new_generation(call, ctx)
+        generation.detached = True
+        response = GenerationResponse(generation, call, ctx, self._hooks)
+        generation.task = asyncio.get_running_loop().create_task(
+            response({"type": "http", "state": {}}, _never_disconnects, _discard), name="session-producer")
+        return generation
+
     async def _start(self, call: StreamCall, ctx: RelayContext) -> Response:
+        generation = await self._new_generation(call, ctx)
+        return GenerationResponse(generation, call, ctx, self._hooks)
+
+    async def _new_generation(self, call: StreamCall, ctx: RelayContext) -> Generation:
         if self._stopping:
             raise GatewayError(503, "the gateway is shutting down", code="shutting_down")
         named = call.session_id is not None
@@ -232,7 +250,7 @@ class SessionManager:
                 raise R.busy(key.session_id)
             generation.stored = True
         generation.attach()
-        return GenerationResponse(generation, call, ctx, self._hooks)
+        return generation
 
     def _follower(self, feed, start: int, session_id: str, keepalive: float, dialect: StreamDialect) -> Response:
         return FollowerResponse(feed=feed, start=start, session_id=session_id, keepalive_seconds=keepalive,
@@ -305,7 +323,7 @@ class SessionManager:
 
     def _alone_too_long(self, generation: Generation) -> None:
         generation.disconnect_timer = None
-        if generation.consumers or not generation.live:
+        if generation.consumers or not generation.live or generation.detached:
             return
         if not generation.named:
             generation.stop(CLIENT_DISCONNECTED)  # plain OpenAI semantics: abort at once
@@ -376,6 +394,16 @@ class SessionManager:
 
 def _ignore(generation: Generation) -> None:
     return None
+
+
+async def _never_disconnects() -> dict:
+    """``receive`` of a detached generation: nobody is there to leave."""
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
+async def _discard(message: dict) -> None:
+    """``send`` of a detached generation: nobody is there to read."""
 
 
 @contextlib.contextmanager

@@ -28,9 +28,10 @@ from starlette.types import Receive, Scope, Send
 from gateway.http.errors import GatewayError, send_error
 from gateway.relay.channel import ClientChannel
 from gateway.relay.context import RelayContext, StreamCall
-from gateway.relay.dialect import StreamTracker
+from gateway.relay.dialect import StreamResult, StreamTracker
 from gateway.relay.opening import open_watching
 from gateway.relay.pump import pump, settle
+from gateway.relay.sse import SEPARATOR, split_events
 from gateway.sessions.frames import frames
 from gateway.sessions.generation import CLIENT_DISCONNECTED, FENCED, SHUTDOWN, STOP_HOW, Generation
 from gateway.sessions.ids import SESSION_HEADER
@@ -58,17 +59,25 @@ class GenerationSink:
         self.on_frames = on_frames
         self.channel: ClientChannel | None = None
 
-    async def write(self, events: list[bytes]) -> None:
+    async def write(self, block: bytes) -> None:
         generation = self.generation
         log_ = generation.log
-        if generation.first_event is None:
-            generation.first_event = events[0]
-        framed = frames(generation.prefix, log_.next_index, events)
+        if block.count(SEPARATOR) == 1:  # one event per engine read, the common case: no split
+            framed = [b"%s%d\n%s" % (generation.prefix, log_.next_index, block)]
+            body = framed[0]
+            if generation.first_event is None:
+                generation.first_event = block[:-2]
+        else:
+            events = split_events(block)
+            if generation.first_event is None:
+                generation.first_event = events[0]
+            framed = frames(generation.prefix, log_.next_index, events)
+            body = b"".join(framed)
         log_.append(framed)
         self.on_frames(generation)
         channel = self.channel
         if channel is not None:
-            await channel.write(framed[0] if len(framed) == 1 else b"".join(framed))
+            await channel.write(body)
 
 
 class GenerationResponse(Response):
@@ -96,21 +105,22 @@ class GenerationResponse(Response):
 
         failure: GatewayError | None = None
         stream = None
+        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds)
         try:
             try:
-                stream = await open_watching(
-                    lambda: ctx.engines.open_stream(call.path, call.body, request_id=ctx.request_id),
-                    receive, scope, abort_if_client_leaves=not generation.named)
+                stream = await open_watching(ctx.opener(call), channel, scope,
+                                             abort_if_client_leaves=not generation.named)
             except GatewayError as error:
+                channel.stop_watching()
                 await self._refused(error, send)
                 return
             if stream is None:  # the client left before the engine answered (a session nobody named)
                 generation.stop_reason = CLIENT_DISCONNECTED
             elif generation.stop_reason is None:  # (or it was stopped while the engine was answering)
                 generation.stream = stream
-                channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, on_leave=client_left)
                 await channel.start([(SESSION_HEADER, generation.session_id.encode())])
                 sink.channel = channel
+                channel.on_leave(client_left)
                 failure = await pump(stream, tracker, sink)
         except asyncio.CancelledError:
             if generation.stop_reason is None:  # not a stop we asked for (server shutdown): end the log, obey
@@ -123,6 +133,7 @@ class GenerationResponse(Response):
             log.exception("session producer failed", extra={"session_id": generation.session_id})
             failure = GatewayError(502, "the gateway failed while relaying the stream", code="stream_interrupted")
         finally:
+            channel.stop_watching()  # a client leaving from here on changes nothing
             if stream is not None:
                 stream.close()
         if generation.live:
@@ -140,6 +151,11 @@ class GenerationResponse(Response):
         self.hooks.on_end(generation)
         await send_error(ctx.error_shape, error, send)
         self.hooks.on_client_left(generation)
+        if self.call.on_complete is not None:  # the caller learns it ended, as for any other ending
+            try:
+                await self.call.on_complete(StreamResult(how="error", error=error.message))
+            except Exception:
+                log.exception("stream completion hook failed", extra={"session_id": generation.session_id})
 
     async def _close(self, tracker: StreamTracker, channel: ClientChannel | None,
                      failure: GatewayError | None) -> None:

@@ -35,7 +35,8 @@ class FollowerResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         feed = self.feed
-        channel = ClientChannel(send, receive, keepalive_seconds=self.keepalive_seconds, on_leave=feed.interrupt)
+        channel = ClientChannel(send, receive, keepalive_seconds=self.keepalive_seconds)
+        channel.on_leave(feed.interrupt)
         tail = b""
         try:
             await channel.start([(SESSION_HEADER, self.session_id.encode())])

@@ -15,7 +15,7 @@ import time
 import orjson
 
 from gateway.relay.dialect import StreamResult
-from gateway.relay.sse import event_json
+from gateway.relay.sse import SEPARATOR, event_json, split_events
 
 DONE = b"data: [DONE]"
 DONE_FRAME_TAIL = DONE + b"\n\n"
@@ -39,7 +39,16 @@ class OpenAITracker:
         self._result = StreamResult()
         self._parts: list[str] = []
 
-    def accept(self, events: list[bytes]) -> list[bytes]:
+    def accept(self, block: bytes) -> bytes:
+        # Most reads carry content chunks only: nothing to read in them, nothing to change.
+        if not self._collect_text and b'"usage":{' not in block and b"data: [DONE]" not in block:
+            self._result.content_events += block.count(SEPARATOR)
+            return block
+        kept = self.accept_events(split_events(block))
+        return SEPARATOR.join(kept) + SEPARATOR if kept else b""
+
+    def accept_events(self, events: list[bytes]) -> list[bytes]:
+        """The per-event reading: usage, [DONE], and (when collected) the text of choice 0."""
         result = self._result
         kept = events
         for position, event in enumerate(events):

@@ -122,10 +122,15 @@ class EngineClient:
             url = self._urls[path] = URL(self.base_url + path)
         return url
 
-    def _request_headers(self, request_id: str | None) -> dict[str, str]:
-        if request_id is None:
+    def _request_headers(self, request_id: str | None, content_type: str | None = None) -> dict[str, str]:
+        if request_id is None and content_type is None:
             return self._headers
-        return {**self._headers, "x-request-id": request_id}
+        headers = dict(self._headers)
+        if request_id is not None:
+            headers["x-request-id"] = request_id
+        if content_type is not None:  # a body that is not JSON (multipart audio uploads)
+            headers["content-type"] = content_type
+        return headers
 
     async def request_bytes(
         self,
@@ -136,8 +141,12 @@ class EngineClient:
         request_id: str | None = None,
         timeout: float | None = None,
         route: RouteHints | None = None,
+        content_type: str | None = None,
     ) -> tuple[int, bytes]:
-        """Send ``body``, return (status, response body); the wait counts as engine time."""
+        """Send ``body``, return (status, response body); the wait counts as engine time.
+
+        ``content_type``: the body's, when it is not JSON (it is relayed as the client sent it).
+        """
         started = time.perf_counter()
         kwargs: dict[str, Any] = {}
         if timeout is not None:
@@ -145,7 +154,7 @@ class EngineClient:
             kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, sock_connect=connect)
         try:
             async with self.pool.request(
-                method, self.url(path), data=body, headers=self._request_headers(request_id), **kwargs
+                method, self.url(path), data=body, headers=self._request_headers(request_id, content_type), **kwargs
             ) as response:
                 payload = await response.read()
                 return response.status, payload
@@ -155,11 +164,11 @@ class EngineClient:
             add_engine_wait(time.perf_counter() - started)
 
     async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None,
-                          route: RouteHints | None = None) -> EngineStream:
-        """POST ``body`` and return once the engine's response headers are in."""
+                          route: RouteHints | None = None, method: str = "POST") -> EngineStream:
+        """Send ``body`` (POST, or ``method``) and return once the engine's response headers are in."""
         try:
-            response = await self.pool.post(
-                self.url(path), data=body, headers=self._request_headers(request_id)
+            response = await self.pool.request(
+                method, self.url(path), data=body, headers=self._request_headers(request_id)
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc

@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     metrics.inflight.set_function(lambda: admission.inflight)
     shapes = ErrorShapes()
     shapes.register_prefix("/v1/", OPENAI_SHAPE)
-    sessions = _session_manager(settings, engine_state, metrics)
+    sessions = _session_manager(settings, engine_state, metrics, admission)
     streams: StreamBackend = sessions if sessions is not None else PlainRelay()
     core = Core(settings=settings, metrics=metrics, engines=engines, engine_state=engine_state,
                 admission=admission, error_shapes=shapes, streams=streams)
@@ -146,9 +146,10 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     return app
 
 
-def _session_manager(settings: Settings, engine_state: EngineState, metrics: Metrics) -> SessionManager | None:
+def _session_manager(settings: Settings, engine_state: EngineState, metrics: Metrics,
+                     admission: Admission) -> SessionManager | None:
     """Resumable sessions as ``SESSION_STORE`` asks (None when off: streams are relayed plainly)."""
     if settings.session_store == "off":
         return None
     return SessionManager(settings=settings, dialect=OPENAI, store=make_store(settings),
-                          default_model=lambda: engine_state.default_model, metrics=metrics)
+                          default_model=lambda: engine_state.default_model, metrics=metrics, admission=admission)

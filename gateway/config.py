@@ -81,9 +81,15 @@ class Settings(BaseSettings):
     # replica stayed silent longer is ended (error event + [DONE]) by whoever
     # notices: after a crash, resuming clients wait at most this long.
     session_lease_seconds: float = Field(15.0, gt=0)
-    # SESSION_STORE=memory only: finished sessions kept resumable in memory
-    # (the oldest beyond this are forgotten). Persistent stores keep none.
+    # SESSION_STORE=memory only: finished sessions kept resumable in memory, per API key
+    # (a key's oldest beyond this are forgotten). Persistent stores keep none.
     session_memory_max_finished: int = Field(512, ge=0)
+    # Live generations per API key, including those that run on after their client left
+    # (429 beyond). Empty: MAX_INFLIGHT_PER_KEY.
+    max_live_sessions_per_key: int | None = Field(None, ge=1)
+    # Bytes of events not yet persisted (a store that is down or slow) beyond which new
+    # streams are refused (503) until the store catches up; memory stays bounded.
+    session_max_unpersisted_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
     # --- the gateway's database and its features --------------------------------
     # The session store's database unless SESSIONS_DATABASE_URL says otherwise; features

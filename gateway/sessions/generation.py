@@ -51,6 +51,8 @@ class Generation:
         self.gen_id = new_generation_id()
         self.named = named  # the client named it: it survives disconnects for a while
         self.detached = False  # produced for nobody in particular (a background run): never stopped for lack of clients
+        self.counted_live = False  # counted in its owner's live sessions (until it ends)
+        self.on_no_longer_live = None  # releases what it holds once it ends (a detached run's admission slot)
         self.prefix = id_prefix(key.session_id)
         self.log = EventLog(ring_size, persistent=persistent)
         self.dialect = dialect

@@ -18,6 +18,7 @@ from gateway.sessions.store.base import SessionStore
 log = logging.getLogger("gateway.sessions")
 
 TICK_SECONDS = 0.25
+FAILURE_LOG_SECONDS = 60.0  # a store that stays down is logged once a minute, not four times a second
 
 
 async def maintain(store: SessionStore | None, *, beat_every: float, gc_every: float, producing: Callable[[], bool],
@@ -25,6 +26,8 @@ async def maintain(store: SessionStore | None, *, beat_every: float, gc_every: f
     """Run the chores forever (cancelled at shutdown)."""
     tick = min(TICK_SECONDS, beat_every)
     next_beat = next_gc = 0.0
+    failing_since: float | None = None
+    logged_at = 0.0
     while True:
         now = time.monotonic()
         try:
@@ -38,6 +41,16 @@ async def maintain(store: SessionStore | None, *, beat_every: float, gc_every: f
             if now >= next_gc:
                 next_gc = now + gc_every
                 await collect_garbage()
-        except Exception:
-            log.exception("session maintenance failed")
+        except Exception as exc:
+            if failing_since is None:
+                failing_since = logged_at = now
+                log.exception("session maintenance failed")
+            elif now - logged_at >= FAILURE_LOG_SECONDS:
+                logged_at = now
+                log.error("session maintenance still failing",
+                          extra={"seconds": round(now - failing_since), "error": repr(exc)[:200]})
+        else:
+            if failing_since is not None:
+                log.warning("session maintenance recovered", extra={"seconds": round(now - failing_since)})
+                failing_since = None
         await asyncio.sleep(tick)

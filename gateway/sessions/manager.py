@@ -24,6 +24,7 @@ from collections.abc import Callable
 from starlette.responses import Response
 
 from gateway.config import Settings
+from gateway.http.admission import Admission
 from gateway.http.errors import GatewayError
 from gateway.http.metrics import Metrics
 from gateway.relay.context import RelayContext, StreamCall
@@ -56,11 +57,13 @@ class SessionManager:
     resumable = True
 
     def __init__(self, *, settings: Settings, dialect: StreamDialect, store: SessionStore | None = None,
-                 default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None) -> None:
+                 default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None,
+                 admission: Admission | None = None) -> None:
         """``dialect``: the stream dialect of sessions (their endings, when written for a stored session);
         ``default_model``: the model named in endings written for a session produced elsewhere."""
         self.settings = settings
         self.dialect = dialect
+        self.admission = admission  # detached generations hold a slot of their own
         self.store = store
         self.replica = store.replica if store is not None else secrets.token_hex(8)
         self.persistence = Persistence(store, settings=settings, dialect=dialect, default_model=default_model,
@@ -70,7 +73,10 @@ class SessionManager:
         if metrics is not None:
             metrics.sessions_in_memory.set_function(lambda: len(self._generations))
         self._by_gen: dict[int, Generation] = {}
-        self._finished: OrderedDict[SessionKey, Generation] = OrderedDict()  # memory store only
+        # Memory store only: finished generations kept resumable, per API key (one key's many
+        # sessions never push out another's).
+        self._finished: dict[str, OrderedDict[SessionKey, Generation]] = {}
+        self._live_by_owner: dict[str, int] = {}
         self._background: list[asyncio.Task] = []
         self._stopping = False
         self._shutdown_timer: asyncio.TimerHandle | None = None
@@ -214,7 +220,7 @@ class SessionManager:
         cancel, the engine, or the gateway stopping. ``call.on_complete`` tells the caller
         how it ended (also when the engine refused it).
         """
-        generation = await self._new_generation(call, ctx)
+        generation = await self._new_generation(call, ctx, holds_admission=True)
         generation.detached = True
         response = GenerationResponse(generation, call, ctx, self._hooks)
         generation.task = asyncio.get_running_loop().create_task(
@@ -225,9 +231,24 @@ class SessionManager:
         generation = await self._new_generation(call, ctx)
         return GenerationResponse(generation, call, ctx, self._hooks)
 
-    async def _new_generation(self, call: StreamCall, ctx: RelayContext) -> Generation:
+    def _check_room(self, owner: str) -> None:
+        """503 while the store is too far behind, 429 when ``owner`` has its most live sessions."""
         if self._stopping:
             raise GatewayError(503, "the gateway is shutting down", code="shutting_down")
+        backlog = self.persistence.writer.backlog_bytes if self.persistence is not None else 0
+        if backlog > self.settings.session_max_unpersisted_bytes:
+            raise GatewayError(503, f"the session store is behind: {backlog} bytes of events are not persisted "
+                                    "yet; new streams wait until it catches up",
+                               code="session_store_unavailable", headers={"retry-after": "1"})
+        live_cap = self.settings.max_live_sessions_per_key or self.settings.max_inflight_per_key
+        if self._live_by_owner.get(owner, 0) >= live_cap:
+            raise GatewayError(429, f"this API key is at its limit of {live_cap} live sessions (generations that "
+                                    "run on after their client left count until they end)",
+                               code="too_many_sessions", headers={"retry-after": "1"})
+
+    async def _new_generation(self, call: StreamCall, ctx: RelayContext, *,
+                              holds_admission: bool = False) -> Generation:
+        self._check_room(ctx.key_id)
         named = call.session_id is not None
         key = SessionKey(ctx.key_id, call.session_id or new_session_id())
         current = self._generations.get(key)
@@ -236,6 +257,15 @@ class SessionManager:
         generation = Generation(
             key, named=named, ring_size=self.settings.session_ring_size, persistent=self.store is not None,
             dialect=call.dialect, choices=call.choices, model=call.model or "unknown", request_id=ctx.request_id)
+        if holds_admission:  # no request holds a slot for it: it takes one of its own, until it ends
+            refusal = self.admission.try_enter(ctx.key_id) if self.admission is not None else None
+            if refusal is not None:
+                raise GatewayError(429, refusal, code="too_many_requests", headers={"retry-after": "1"})
+            if self.admission is not None:
+                admission, owner = self.admission, ctx.key_id
+                generation.on_no_longer_live = lambda: admission.leave(owner)
+        generation.counted_live = True
+        self._live_by_owner[ctx.key_id] = self._live_by_owner.get(ctx.key_id, 0) + 1
         self._register(generation)
         if named and self.store is not None:
             # Another replica may be producing this session id right now: ask the store.
@@ -243,9 +273,11 @@ class SessionManager:
                 with _store_errors():
                     claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True))
             except GatewayError:
+                self._no_longer_live(generation)
                 self._forget(generation)
                 raise
             if not claimed:
+                self._no_longer_live(generation)
                 self._forget(generation)
                 raise R.busy(key.session_id)
             generation.stored = True
@@ -262,18 +294,19 @@ class SessionManager:
         if old is not None:
             old.replaced = True
             self._by_gen.pop(old.gen_id, None)
-            self._finished.pop(generation.key, None)
+            self._unfinish(generation.key)
         self._generations[generation.key] = generation
         self._by_gen[generation.gen_id] = generation
 
     def _forget(self, generation: Generation) -> None:
         if self._generations.get(generation.key) is generation:
             del self._generations[generation.key]
-            self._finished.pop(generation.key, None)
+            self._unfinish(generation.key)
         self._by_gen.pop(generation.gen_id, None)
 
     async def _refused(self, generation: Generation) -> None:
         """The engine refused the request: the client gets the HTTP error, and nothing stays to resume."""
+        self._no_longer_live(generation)
         generation.replaced = True  # never written by the store writer
         self._forget(generation)
         if generation.stored:
@@ -283,14 +316,36 @@ class SessionManager:
                 log.exception("could not discard a refused session")
 
     def _generation_ended(self, generation: Generation) -> None:
+        self._no_longer_live(generation)
         if generation.replaced:
             return
         if self.store is None:
-            self._finished[generation.key] = generation
-            while len(self._finished) > self.settings.session_memory_max_finished:
-                _, oldest = self._finished.popitem(last=False)
+            finished = self._finished.setdefault(generation.key.owner, OrderedDict())
+            finished[generation.key] = generation
+            while len(finished) > self.settings.session_memory_max_finished:
+                _, oldest = finished.popitem(last=False)
                 self._forget(oldest)
         self._evict_if_idle(generation)
+
+    def _unfinish(self, key: SessionKey) -> None:
+        finished = self._finished.get(key.owner)
+        if finished is not None:
+            finished.pop(key, None)
+            if not finished:
+                del self._finished[key.owner]
+
+    def _no_longer_live(self, generation: Generation) -> None:
+        """Its owner's live-session count goes down, once (the ending or the refusal, whichever first)."""
+        if generation.counted_live:
+            generation.counted_live = False
+            owner = generation.key.owner
+            left = self._live_by_owner[owner] - 1
+            if left:
+                self._live_by_owner[owner] = left
+            else:
+                del self._live_by_owner[owner]
+            if generation.on_no_longer_live is not None:
+                generation.on_no_longer_live()
 
     def _ending_written(self, generation: Generation) -> None:
         self._evict_if_idle(generation)

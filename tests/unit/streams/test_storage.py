@@ -234,3 +234,29 @@ async def test_a_failing_store_is_a_503_never_a_500(gateway):
     for response in (resume, cancel):
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "session_store_unavailable"
+
+
+async def test_a_client_ahead_of_the_store_gets_an_explicit_ending_at_an_id_it_has_not_seen(make_settings):
+    """The producer died before persisting events its client had already received (its last batch)."""
+    from gateway.sessions.frames import frame, id_prefix, pack_frames
+    from gateway.sessions.store.base import Batch, Chunk, NewGeneration
+    from gateway.sessions.store.sqlite import SQLiteStore
+
+    settings = make_settings(session_store="sqlite", session_lease_seconds=0.5)
+    dead = SQLiteStore(settings.database_url, replica="crashed-replica", lease_seconds=0.5, poll_interval=0.05)
+    await dead.open()
+    prefix = id_prefix("ahead-1")
+    frames = [frame(prefix, i, b'data: {"choices":[{"index":0,"delta":{"content":"w%d"}}]}' % i) for i in range(5)]
+    await dead.write(Batch(generations=[NewGeneration("local", "ahead-1", 43, True)],
+                           chunks=[Chunk(43, 0, 4, pack_frames(frames))]))
+    await dead.close()  # killed: its client had received events 0..9, the store holds 0..4
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        ahead = await read_stream(client, "GET", "/v1/sessions/ahead-1/events",
+                                  headers={"Last-Event-ID": "ahead-1:9"}, timeout=10)
+        behind = await read_stream(client, "GET", "/v1/sessions/ahead-1/events",
+                                   headers={"Last-Event-ID": "ahead-1:2"}, timeout=10)
+    assert ahead.status == 200
+    assert ahead.indices == [10, 11]  # ids it has not seen, never one it holds with other content
+    assert ahead.events[0].json["error"]["code"] == "producer_lost" and ahead.events[1].done
+    # A client behind the store still gets what was stored, then the stored ending.
+    assert behind.indices == [3, 4, 5, 6] and behind.events[2].json["error"]["code"] == "producer_lost"

@@ -45,6 +45,10 @@ def main() -> None:
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
+        # The last bound, below admission control: past this many open connections (or
+        # requests being served) uvicorn answers 503 itself, so a flood of idle or slow
+        # connections cannot exhaust memory or file descriptors.
+        limit_concurrency=settings.max_connections,
     )
 
 

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     max_inflight: int = Field(512, ge=1)
     max_inflight_per_key: int = Field(128, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Open connections per worker beyond which the server answers 503 before reading a request.
+    max_connections: int = Field(4096, ge=16)
 
     # --- code-generation API (Stack 2.9 contract) ----------------------------
     default_max_tokens: int = Field(512, ge=1, le=4096)

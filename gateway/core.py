@@ -8,6 +8,7 @@ resumable sessions, chosen by ``SESSION_STORE``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from gateway.http.admission import Admission
 from gateway.http.errors import ErrorShape, ErrorShapes
 from gateway.http.metrics import Metrics
 from gateway.relay.context import RelayContext, StreamBackend
+from gateway.relay.plain import LiveStreams
 
 
 @dataclass
@@ -33,11 +35,18 @@ class Core:
     # open connections (``gateway.serving``).
     drain_hooks: list[Callable[[float], None]] = field(default_factory=list)
     draining: bool = False
+    live_streams: LiveStreams = field(default_factory=LiveStreams)  # plain streams in flight
 
     def begin_drain(self, grace_seconds: float) -> None:
+        """The server is stopping: every stream gets its explicit ending before connections are cut.
+
+        Plain streams run on until a second before the grace period ends (most finish);
+        the drain hooks (sessions) decide for theirs.
+        """
         if self.draining:
             return
         self.draining = True
+        asyncio.get_running_loop().call_later(max(0.0, grace_seconds - 1.0), self.live_streams.end_all)
         for hook in self.drain_hooks:
             hook(grace_seconds)
 
@@ -52,4 +61,5 @@ class Core:
             request_id=state["request_id"],
             keepalive_seconds=self.settings.sse_keepalive_seconds,
             error_shape=error_shape or self.error_shapes.for_path(scope["path"]),
+            live_streams=self.live_streams,
         )

@@ -22,6 +22,13 @@ from gateway.relay.dialect import StreamDialect
 from gateway.relay.pump import CompletionHook
 
 
+class LiveStreamsLike(Protocol):
+    ending: bool
+
+    def add(self, task) -> None: ...
+    def discard(self, task) -> None: ...
+
+
 @dataclass(slots=True)
 class RelayContext:
     engines: EngineClient
@@ -30,6 +37,7 @@ class RelayContext:
     request_id: str
     keepalive_seconds: float
     error_shape: ErrorShape   # how errors before the stream starts are written
+    live_streams: LiveStreamsLike | None = None  # plain streams register here, so a drain can end them
 
     def opener(self, call: StreamCall) -> Callable[[], Awaitable[EngineStream]]:
         """What opens ``call``'s engine stream (for ``relay.opening.open_watching``)."""

@@ -47,6 +47,7 @@ class FakeEngine:
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
+    api_key: str | None = None  # the fake checks none; GatewayProcess passes it on like a real engine's
     _runner: web.AppRunner | None = None
 
     async def start(self) -> "FakeEngine":

@@ -32,7 +32,7 @@ from gateway.relay.context import StreamCall
 from gateway.relay.plain import PlainStreamResponse
 from gateway.relay.pump import CompletionHook
 from gateway.relay.unary import RelayJSONResponse
-from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value
+from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value, validate_session_id
 
 TAGS = ("OpenAI-compatible",)
 JSON = [(b"content-type", b"application/json")]
@@ -49,19 +49,27 @@ class OpenAIRelay:
         core = self.core
         request = Request(scope, receive)
         raw = await request.body()
+        path = scope["route"].path
+        payload = parse_body(raw)
+        ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
+        response: Response
+        resume_from = resume_value(request.headers, request.query_params) if path == CHAT_PATH else None
+        if resume_from is not None and core.streams.resumable:
+            # The same POST with Last-Event-ID: a replay from the session's log, no engine needed.
+            session_id = payload.get("session_id")
+            call = StreamCall(path=path, body=b"", dialect=OPENAI, resume_from=resume_from,
+                              session_id=validate_session_id(session_id) if session_id is not None else None)
+            response = await core.streams.stream(call, ctx)
+            await response(scope, receive, send)
+            return
         engine_state = core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()
-        path = scope["route"].path
-        prepared = prepare(raw, parse_body(raw), path=path, engine=engine_state, resumable=core.streams.resumable)
-        ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
-        response: Response
+        prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
         if not prepared.stream:
             response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx)
         elif path == CHAT_PATH:
-            call = self.stream_call(prepared)
-            call.resume_from = resume_value(request.headers, request.query_params)
-            response = await core.streams.stream(call, ctx)
+            response = await core.streams.stream(self.stream_call(prepared), ctx)
         else:
             response = PlainStreamResponse(self.stream_call(prepared), ctx)
         await response(scope, receive, send)

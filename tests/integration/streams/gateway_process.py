@@ -32,6 +32,7 @@ class GatewayProcess:
             **env,
         }
         self.process: subprocess.Popen | None = None
+        self.ready_path = "/readyz"  # what start() waits for (/livez for a gateway whose engine is down)
 
     async def start(self, timeout: float = 30) -> "GatewayProcess":
         with self.log_path.open("ab") as log:
@@ -42,7 +43,7 @@ class GatewayProcess:
             while True:
                 assert self.process.poll() is None, f"gateway exited at start-up (log: {self.log_path})"
                 try:
-                    if (await client.get(self.base_url + "/readyz")).status_code == 200:
+                    if (await client.get(self.base_url + self.ready_path)).status_code == 200:
                         return self
                 except httpx.HTTPError:
                     pass

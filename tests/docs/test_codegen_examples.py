@@ -1,6 +1,6 @@
 """The README shows the Stack 2.9 examples that the integration tier runs against the real engine.
 
-tests/integration/codegen/test_documented_examples.py executes each snippet as written; this
+tests/gateway/protocols/codegen/test_documented_examples.py executes each snippet as written; this
 check keeps the README's copies identical to those, so a reader's copy-paste is a tested one.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.codegen import test_documented_examples as documented
+from tests.gateway.protocols.codegen import test_documented_examples as documented
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SNIPPETS = {name: value for name, value in vars(documented).items()

@@ -1,19 +1,20 @@
-"""Fixtures for the gateway's fast tests: a fake engine and an app wired to it."""
+"""The gateway in front of the fake engine, for the fast tests of every gateway package.
+
+``make_settings(**overrides)`` builds settings for a gateway in front of the ``fake_engine``
+(its own SQLite file, sessions off); ``client`` is that gateway behind an in-process httpx
+client. Session tests (tests/gateway/sessions/) have their own ``make_session_settings``.
+"""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
-from gateway.app import create_app
 from gateway.config import Settings
 from tests.support.fake_engine import settings_for
-
-READ_KEY = "sk-test-read-0123456789"
-WRITE_KEY = "sk-test-write-9876543210"
+from tests.support.gateway import serving
 
 
 @pytest.fixture
@@ -23,17 +24,6 @@ def make_settings(tmp_path, fake_engine) -> Callable[..., Settings]:
                                             "session_store": "off", **overrides})
 
     return make
-
-
-@contextlib.asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The app with its lifespan running, behind an in-process httpx client."""
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-            client.app = app  # type: ignore[attr-defined]
-            yield client
 
 
 @pytest.fixture

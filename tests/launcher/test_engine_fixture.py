@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.fixtures.engine import EngineHandle
+from tests.support.engine import EngineHandle
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.engine import _LaunchedEngine
-from tests.fixtures.servers import free_port
+from tests.support.engine import _LaunchedEngine
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 

@@ -1,24 +1,40 @@
-"""Sessions against the real vLLM engine: the gateway under real uvicorn on free ports."""
+"""Helpers for tests of the gateway in front of the real vLLM engine (``vllm_engine``, tests/support/engine.py).
+
+Settings for such a gateway, greedy request bodies of a fixed length (deterministic, so
+replays and resumes compare exactly), and a probe of the engine's own metrics, for tests
+that watch what vLLM does (a generation aborted, tokens generated).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
-from gateway.app import create_app
 from gateway.config import Settings
-from tests.fixtures.engine import parse_prometheus
-from tests.fixtures.servers import serve_uvicorn
+from tests.support.engine import parse_prometheus
+from tests.support.gateway import READ_KEY
 
 RUNNING = "vllm:num_requests_running"
 
 
-def session_settings(engine, **overrides) -> Settings:
+def engine_settings(engine, tmp_path, **overrides) -> Settings:
+    """A gateway behind ``READ_KEY`` with its own SQLite file, sessions off, keep-alive every second."""
+    values = dict(
+        vllm_base_url=engine.base_url,
+        vllm_api_key=engine.api_key,
+        api_keys=[READ_KEY],
+        database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db",
+        session_store="off",
+        sse_keepalive_seconds=1.0,
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+def engine_session_settings(engine, **overrides) -> Settings:
+    """A gateway for session tests: no access log, no engine polling, keep-alive every 2 s."""
     values = dict(
         vllm_base_url=engine.base_url,
         vllm_api_key=engine.api_key,
@@ -30,15 +46,9 @@ def session_settings(engine, **overrides) -> Settings:
     return Settings(**values)
 
 
-@contextlib.asynccontextmanager
-async def gateway_on(settings: Settings) -> AsyncIterator[tuple[str, object]]:
-    app = create_app(settings)
-    async with serve_uvicorn(app) as base_url:
-        yield base_url, app
-
-
-def chat_body(engine, max_tokens: int, *, prompt: str = "Tell me a long story about a lighthouse.", **extra) -> dict:
-    """Greedy (deterministic) and of a fixed length: the engine ignores end-of-sequence."""
+def engine_chat_body(engine, max_tokens: int, *, prompt: str = "Tell me a long story about a lighthouse.",
+                     **extra) -> dict:
+    """A streamed chat completion, greedy (deterministic) and of a fixed length: the engine ignores end-of-sequence."""
     return {"model": engine.model, "messages": [{"role": "user", "content": prompt}], "stream": True,
             "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}
 
@@ -69,17 +79,3 @@ class EngineProbe:
                 return time.monotonic() - started
             assert time.monotonic() < deadline, f"{name} is still {value} after {timeout}s"
             await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-async def probe(idle_vllm_engine) -> AsyncIterator[EngineProbe]:
-    """The (idle) engine's metrics, for tests that watch what vLLM itself does."""
-    async with httpx.AsyncClient(verify=False, timeout=10) as client:
-        yield EngineProbe(idle_vllm_engine, client)
-
-
-async def until(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)

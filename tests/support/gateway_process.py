@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.fixtures.servers import free_port
+from tests.support.servers import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class GatewayProcess:

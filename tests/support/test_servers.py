@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from tests.fixtures.servers import free_port, run_uvicorn, serve_uvicorn
+from tests.support.servers import free_port, run_uvicorn, serve_uvicorn
 
 
 def streaming_app(first_chunk_seen: threading.Event, disconnected: threading.Event) -> Starlette:

@@ -8,12 +8,9 @@ import hashlib
 import pytest
 
 from gateway.config import Settings
-from tests.unit.gateway.conftest import READ_KEY, WRITE_KEY, serving
-from tests.unit.gateway.test_relay import CHAT, chat_body
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
+from tests.support.bodies import CHAT, chat_body
+from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -72,7 +69,7 @@ async def test_per_key_in_flight_limit_is_a_429_with_retry_after(make_settings, 
     async with serving(settings) as client:
         fake_engine.mode = "hang"
         first = asyncio.create_task(client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY)))
-        await wait_until(lambda: len(fake_engine.received) == 1)
+        await until(lambda: len(fake_engine.received) == 1)
         refused = await client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY))
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
@@ -89,13 +86,13 @@ async def test_global_in_flight_limit(make_settings, fake_engine):
     async with serving(make_settings(max_inflight=1)) as client:
         fake_engine.mode = "hang"
         first = asyncio.create_task(client.post(CHAT, json=chat_body()))
-        await wait_until(lambda: len(fake_engine.received) == 1)
+        await until(lambda: len(fake_engine.received) == 1)
         assert (await client.post(CHAT, json=chat_body())).status_code == 429
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)
         fake_engine.mode = "ok"
         # the slot is released when the request ends
-        await wait_until(lambda: client.app.state.gateway.admission.inflight == 0)
+        await until(lambda: client.app.state.gateway.admission.inflight == 0)
         assert (await client.post(CHAT, json=chat_body())).status_code == 200
 
 
@@ -121,11 +118,3 @@ def test_no_key_means_loopback_only():
     settings = Settings(host="0.0.0.0", api_keys=["k"])
     assert settings.host == "0.0.0.0" and settings.unsafe_host_refused is None
 
-
-async def wait_until(condition, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)

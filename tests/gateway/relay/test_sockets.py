@@ -7,8 +7,8 @@ import asyncio
 import httpx
 
 from gateway.app import create_app
-from tests.fixtures.servers import serve_uvicorn
-from tests.unit.gateway.test_relay import CHAT, chat_body
+from tests.support.bodies import CHAT, chat_body
+from tests.support.servers import serve_uvicorn
 
 
 async def test_keepalive_comments_fill_long_silences(make_settings, fake_engine):

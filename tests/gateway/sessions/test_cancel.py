@@ -8,8 +8,10 @@ import time
 import openai
 import pytest
 
-from tests.integration.streams.conftest import RUNNING, chat_body, gateway_on, session_settings, until
-from tests.unit.streams.sse_client import fresh_client, read_stream
+from tests.support.engine_gateway import RUNNING, engine_chat_body, engine_session_settings
+from tests.support.gateway import running_gateway
+from tests.support.sse_client import fresh_client, read_stream
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
@@ -19,11 +21,11 @@ GENERATED = "vllm:generation_tokens_total"
 
 async def test_cancel_aborts_vllm_ends_every_listener_and_frees_the_session(idle_vllm_engine, probe, tmp_path):
     engine = idle_vllm_engine
-    settings = session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db")
-    async with gateway_on(settings) as (base, app), fresh_client(base) as client:
+    settings = engine_session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db")
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         before = await probe.metric(GENERATED)
         owner = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
-                                                json=chat_body(engine, LONG, session_id="cancel-me")))
+                                                json=engine_chat_body(engine, LONG, session_id="cancel-me")))
         await until(lambda: (s := app.state.sessions.local("local", "cancel-me")) is not None and s.log.next_index > 10)
         follower = asyncio.create_task(read_stream(client, "GET", "/v1/sessions/cancel-me/events"))
         await until(lambda: app.state.sessions.local("local", "cancel-me").consumers == 2)
@@ -35,7 +37,7 @@ async def test_cancel_aborts_vllm_ends_every_listener_and_frees_the_session(idle
         generated = await probe.metric(GENERATED) - before
         a, b = await owner, await follower
         reused = await read_stream(client, "POST", "/v1/chat/completions",
-                                   json=chat_body(engine, 5, session_id="cancel-me"))
+                                   json=engine_chat_body(engine, 5, session_id="cancel-me"))
     assert answer.status_code == 200 and answer.json() == {
         "session_id": "cancel-me", "object": "session.cancel", "cancelled": True, "status": "cancelled"}
     assert abort_seconds < 2.0
@@ -52,9 +54,9 @@ async def test_cancel_aborts_vllm_ends_every_listener_and_frees_the_session(idle
 
 async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(idle_vllm_engine, probe, tmp_path):
     engine = idle_vllm_engine
-    settings = session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db",
+    settings = engine_session_settings(engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db",
                                 cancel_after_disconnect_seconds=60)
-    async with gateway_on(settings) as (base, app):
+    async with running_gateway(settings) as (base, app):
         sdk = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         stream = await sdk.chat.completions.create(
             model=engine.model, messages=[{"role": "user", "content": "Tell me everything."}],
@@ -79,10 +81,10 @@ async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(
 async def test_a_named_session_outlives_its_client_then_is_cancelled_upstream(idle_vllm_engine, probe, tmp_path):
     engine = idle_vllm_engine
     grace = 3.0
-    settings = session_settings(engine, session_store="memory", cancel_after_disconnect_seconds=grace)
-    async with gateway_on(settings) as (base, app), fresh_client(base) as client:
+    settings = engine_session_settings(engine, session_store="memory", cancel_after_disconnect_seconds=grace)
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         got = await read_stream(client, "POST", "/v1/chat/completions",
-                                json=chat_body(engine, LONG, session_id="orphan-ok"), stop_after=5)
+                                json=engine_chat_body(engine, LONG, session_id="orphan-ok"), stop_after=5)
         left_at = time.time()
         session = app.state.sessions.local("local", "orphan-ok")
         await until(lambda: session.consumers == 0)

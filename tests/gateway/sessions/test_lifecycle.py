@@ -6,25 +6,16 @@ import asyncio
 
 import pytest
 
-from tests.unit.streams.conftest import OTHER_KEY, READ_KEY, chat, in_memory
-from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
-async def until(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+from tests.support.bodies import stream_body
+from tests.support.gateway import OTHER_KEY, READ_KEY, bearer, in_memory
+from tests.support.sse_client import content_of, fresh_client, read_stream
+from tests.support.waiting import until
 
 
 async def test_unnamed_stream_aborts_upstream_as_soon_as_its_client_leaves(gateway, fake_engine):
     fake_engine.chunk_delay = 0.02
     async with gateway(cancel_after_disconnect_seconds=60) as (base, app), fresh_client(base) as client:
-        got = await read_stream(client, "POST", "/v1/chat/completions", json=chat(500), stop_after=3)
+        got = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(500), stop_after=3)
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(fake_engine.stream_aborted.wait(), 5)
         assert asyncio.get_running_loop().time() - started < 1.0
@@ -40,8 +31,8 @@ async def test_unnamed_stream_aborts_upstream_as_soon_as_its_client_leaves(gatew
 async def test_named_session_survives_a_disconnect_and_resumes_where_it_left(gateway, fake_engine):
     fake_engine.chunk_delay = 0.01
     async with gateway(cancel_after_disconnect_seconds=30) as (base, app), fresh_client(base) as client:
-        first = await read_stream(client, "POST", "/v1/chat/completions", json=chat(60, session_id="keep-1"), stop_after=5)
-        rest = await read_stream(client, "POST", "/v1/chat/completions", json=chat(60, session_id="keep-1"),
+        first = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(60, session_id="keep-1"), stop_after=5)
+        rest = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(60, session_id="keep-1"),
                                  headers={"Last-Event-ID": first.last_id})
     events = first.events + rest.events
     assert fake_engine.streams_aborted == 0
@@ -54,7 +45,7 @@ async def test_named_session_left_alone_is_cancelled_after_the_grace_period(gate
     fake_engine.chunk_delay = 0.02
     async with gateway(cancel_after_disconnect_seconds=0.3) as (base, app), fresh_client(base) as client:
         loop = asyncio.get_running_loop()
-        await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000, session_id="alone-1"), stop_after=2)
+        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(1000, session_id="alone-1"), stop_after=2)
         left = loop.time()
         await asyncio.wait_for(fake_engine.stream_aborted.wait(), 5)
         waited = loop.time() - left
@@ -66,7 +57,7 @@ async def test_named_session_left_alone_is_cancelled_after_the_grace_period(gate
 async def test_cancel_ends_every_follower_aborts_upstream_and_frees_the_session(gateway, fake_engine):
     fake_engine.chunk_delay = 0.02
     async with gateway() as (base, app), fresh_client(base) as c1, fresh_client(base) as c2:
-        owner = asyncio.create_task(read_stream(c1, "POST", "/v1/chat/completions", json=chat(1000, session_id="stop-1")))
+        owner = asyncio.create_task(read_stream(c1, "POST", "/v1/chat/completions", json=stream_body(1000, session_id="stop-1")))
         await until(lambda: (s := app.state.sessions.local("local", "stop-1")) is not None and s.log.next_index > 3)
         follower = asyncio.create_task(read_stream(c2, "GET", "/v1/sessions/stop-1/events"))
         await until(lambda: app.state.sessions.local("local", "stop-1").consumers == 2)
@@ -74,7 +65,7 @@ async def test_cancel_ends_every_follower_aborts_upstream_and_frees_the_session(
         a, b = await owner, await follower
         assert fake_engine.stream_aborted.is_set()
         again = await c1.post("/v1/cancel/stop-1")
-        reused = await read_stream(c1, "POST", "/v1/chat/completions", json=chat(3, session_id="stop-1"))
+        reused = await read_stream(c1, "POST", "/v1/chat/completions", json=stream_body(3, session_id="stop-1"))
     assert cancel.status_code == 200 and cancel.json()["cancelled"] is True and cancel.json()["status"] == "cancelled"
     for got in (a, b):
         assert got.events[-2].json["choices"][0]["finish_reason"] == "cancelled"
@@ -91,7 +82,7 @@ async def test_followers_of_one_session_receive_identical_events(gateway, fake_e
         clients = [fresh_client(base) for _ in range(4)]
         try:
             first = asyncio.create_task(read_stream(clients[0], "POST", "/v1/chat/completions",
-                                                    json=chat(80, session_id="fan-1")))
+                                                    json=stream_body(80, session_id="fan-1")))
             await until(lambda: app.state.sessions.local("local", "fan-1") is not None)
             others = [asyncio.create_task(read_stream(c, "GET", "/v1/sessions/fan-1/events")) for c in clients[1:]]
             results = [await first] + [await task for task in others]
@@ -109,15 +100,15 @@ async def test_only_the_creating_key_can_resume_cancel_or_see_a_session(gateway,
     fake_engine.chunk_delay = 0.01
     async with gateway(session_store=store, api_keys=[READ_KEY, OTHER_KEY]) as (base, app), fresh_client(base) as client:
         mine = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
-                                               json=chat(100, session_id="private-1"), headers=bearer(READ_KEY)))
+                                               json=stream_body(100, session_id="private-1"), headers=bearer(READ_KEY)))
         await until(lambda: in_memory(app) > 0)
         resume = await client.get("/v1/sessions/private-1/events", headers=bearer(OTHER_KEY))
-        post_resume = await client.post("/v1/chat/completions", json=chat(2),
+        post_resume = await client.post("/v1/chat/completions", json=stream_body(2),
                                          headers={**bearer(OTHER_KEY), "Last-Event-ID": "private-1:0"})
         cancel = await client.post("/v1/cancel/private-1", headers=bearer(OTHER_KEY))
         state = await client.get("/v1/sessions/private-1", headers=bearer(OTHER_KEY))
         # The same name under another key is another session: no conflict, no crosstalk.
-        theirs = await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id="private-1"),
+        theirs = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(2, session_id="private-1"),
                                    headers=bearer(OTHER_KEY))
         done = await mine
     for response in (resume, post_resume, cancel, state):

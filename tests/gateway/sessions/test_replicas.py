@@ -9,9 +9,11 @@ import time
 
 import pytest
 
-from tests.integration.streams.conftest import RUNNING, chat_body, gateway_on, session_settings, until
-from tests.integration.streams.gateway_process import GatewayProcess
-from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
+from tests.support.engine_gateway import RUNNING, engine_chat_body, engine_session_settings
+from tests.support.gateway import running_gateway
+from tests.support.gateway_process import GatewayProcess
+from tests.support.sse_client import content_of, fresh_client, read_stream
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.postgres]
 
@@ -19,15 +21,15 @@ LONG = 8000
 
 
 def replica_settings(engine, database_url: str, **overrides):
-    return session_settings(engine, **{"session_store": "postgres", "database_url": database_url,
+    return engine_session_settings(engine, **{"session_store": "postgres", "database_url": database_url,
                                        "session_lease_seconds": 10, **overrides})
 
 
 @contextlib.asynccontextmanager
 async def two_replicas(engine, database_url: str, **a_overrides):
     """Gateways A and B on one PostgreSQL, each under uvicorn: (a_app, b_app, a_client, b_client)."""
-    async with gateway_on(replica_settings(engine, database_url, **a_overrides)) as (a_url, a_app), \
-            gateway_on(replica_settings(engine, database_url)) as (b_url, b_app), \
+    async with running_gateway(replica_settings(engine, database_url, **a_overrides)) as (a_url, a_app), \
+            running_gateway(replica_settings(engine, database_url)) as (b_url, b_app), \
             fresh_client(a_url) as a, fresh_client(b_url) as b:
         yield a_app, b_app, a, b
 
@@ -36,7 +38,7 @@ async def test_produce_on_one_replica_resume_live_on_the_other(idle_vllm_engine,
     engine = idle_vllm_engine
     async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         assert a_app.state.sessions.replica != b_app.state.sessions.replica
-        body = chat_body(engine, 800, session_id="pg-1")
+        body = engine_chat_body(engine, 800, session_id="pg-1")
         first = await read_stream(a, "POST", "/v1/chat/completions", json=body, stop_after=30)
         producing = a_app.state.sessions.local("local", "pg-1")
         assert b_app.state.sessions.local("local", "pg-1") is None  # B knows it only from the store
@@ -57,7 +59,7 @@ async def test_follower_on_another_replica_sees_events_while_they_are_produced(i
     engine = idle_vllm_engine
     async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
-                                                json=chat_body(engine, 1500, session_id="pg-live")))
+                                                json=engine_chat_body(engine, 1500, session_id="pg-live")))
         await until(lambda: (s := a_app.state.sessions.local("local", "pg-live")) is not None and s.log.next_index > 5)
         producing = a_app.state.sessions.local("local", "pg-live")
         follower_events: list = []
@@ -85,7 +87,7 @@ async def test_cancel_on_one_replica_aborts_the_generation_on_the_other(idle_vll
     engine = idle_vllm_engine
     async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
-                                                json=chat_body(engine, LONG, session_id="pg-cancel")))
+                                                json=engine_chat_body(engine, LONG, session_id="pg-cancel")))
         await until(lambda: (s := a_app.state.sessions.local("local", "pg-cancel")) is not None and s.log.next_index > 5)
         follower = asyncio.create_task(read_stream(b, "GET", "/v1/sessions/pg-cancel/events"))
         await probe.wait_for(RUNNING, lambda v: v == 1, timeout=5)
@@ -114,7 +116,7 @@ async def test_a_follower_on_another_replica_keeps_a_named_session_alive(idle_vl
 
     async with two_replicas(engine, postgres_database_url, cancel_after_disconnect_seconds=0.3) \
             as (a_app, b_app, a, b):
-        async with a.stream("POST", "/v1/chat/completions", json=chat_body(engine, LONG, session_id="pg-kept")):
+        async with a.stream("POST", "/v1/chat/completions", json=engine_chat_body(engine, LONG, session_id="pg-kept")):
             await until(lambda: (s := a_app.state.sessions.local("local", "pg-kept")) is not None and s.stored)
             producing = a_app.state.sessions.local("local", "pg-kept")
             follower = asyncio.create_task(follow(b))
@@ -149,10 +151,10 @@ async def test_a_dead_producer_replica_ends_its_followers_explicitly(idle_vllm_e
                     return
 
     try:
-        async with gateway_on(replica_settings(engine, postgres_database_url, session_lease_seconds=2)) \
+        async with running_gateway(replica_settings(engine, postgres_database_url, session_lease_seconds=2)) \
                 as (b_url, b_app), fresh_client(producer.base_url) as a, fresh_client(b_url) as b:
             owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
-                                                    json=chat_body(engine, LONG, session_id="pg-dead")))
+                                                    json=engine_chat_body(engine, LONG, session_id="pg-dead")))
             await probe.wait_for(RUNNING, lambda v: v == 1, timeout=5)
             follower = asyncio.create_task(follow(b))
             await until(lambda: len(received) >= 10 or follower.done())

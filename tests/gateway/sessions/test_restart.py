@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.integration.streams.conftest import RUNNING, chat_body
-from tests.integration.streams.gateway_process import GatewayProcess
-from tests.unit.streams.sse_client import fresh_client, read_stream
+from tests.support.engine_gateway import RUNNING, engine_chat_body
+from tests.support.gateway_process import GatewayProcess
+from tests.support.sse_client import fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
@@ -44,7 +44,7 @@ async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_
     try:
         async with fresh_client(first.base_url) as client:
             reading = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
-                                                      json=chat_body(engine, LONG, session_id="crash-1"), stop_after=30))
+                                                      json=engine_chat_body(engine, LONG, session_id="crash-1"), stop_after=30))
             await until_persisted(db, 20)
             await first.stop(signal.SIGKILL)  # no shutdown code runs: no ending is written
             seen = await reading
@@ -83,7 +83,7 @@ async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_eng
     try:
         async with fresh_client(first.base_url) as client:
             seen = await read_stream(client, "POST", "/v1/chat/completions",
-                                     json=chat_body(engine, LONG, session_id="stop-1"), stop_after=20)
+                                     json=engine_chat_body(engine, LONG, session_id="stop-1"), stop_after=20)
         # uvicorn shuts down gracefully, then re-raises the signal it caught: exit code -15.
         assert await first.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
     finally:
@@ -95,7 +95,7 @@ async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_eng
         async with fresh_client(second.base_url) as client:
             started = time.monotonic()
             replay = await read_stream(client, "POST", "/v1/chat/completions",
-                                       json=chat_body(engine, LONG, session_id="stop-1"),
+                                       json=engine_chat_body(engine, LONG, session_id="stop-1"),
                                        headers={"Last-Event-ID": "stop-1:9"})
             waited = time.monotonic() - started
     finally:

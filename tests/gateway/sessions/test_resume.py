@@ -9,15 +9,16 @@ import time
 import openai
 import pytest
 
-from tests.integration.streams.conftest import chat_body, gateway_on, session_settings, until
-from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
+from tests.support.engine_gateway import engine_chat_body, engine_session_settings
+from tests.support.gateway import running_gateway
+from tests.support.sse_client import content_of, fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 
 async def uninterrupted(base: str, engine, max_tokens: int, **extra) -> str:
     async with fresh_client(base) as client:
-        got = await read_stream(client, "POST", "/v1/chat/completions", json=chat_body(engine, max_tokens, **extra))
+        got = await read_stream(client, "POST", "/v1/chat/completions", json=engine_chat_body(engine, max_tokens, **extra))
     assert got.status == 200 and got.dones == 1
     return got.content
 
@@ -27,10 +28,10 @@ async def test_random_drops_and_resumes_equal_one_uninterrupted_run(idle_vllm_en
     engine = idle_vllm_engine  # alone on the engine: greedy decoding is then exactly reproducible
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    settings = session_settings(engine, session_store=store, database_url=f"sqlite:///{tmp_path}/s.db")
-    async with gateway_on(settings) as (base, app), fresh_client(base) as client:
+    settings = engine_session_settings(engine, session_store=store, database_url=f"sqlite:///{tmp_path}/s.db")
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         reference = await uninterrupted(base, engine, 2000)
-        body = chat_body(engine, 2000, session_id="drops-1")
+        body = engine_chat_body(engine, 2000, session_id="drops-1")
         events, connections, resumed_live, trace = [], 0, 0, []
         while not (events and events[-1].done):
             way = rng.choice(["post", "get-header", "get-query"]) if events else "post"
@@ -61,7 +62,7 @@ async def test_random_drops_and_resumes_equal_one_uninterrupted_run(idle_vllm_en
 
 
 async def test_openai_sdk_streams_through_sessions_and_resumes_by_counting_chunks(vllm_engine):
-    async with gateway_on(session_settings(vllm_engine, session_store="memory")) as (base, app):
+    async with running_gateway(engine_session_settings(vllm_engine, session_store="memory")) as (base, app):
         sdk = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         reference = await uninterrupted(base, vllm_engine, 120)
         kwargs = dict(model=vllm_engine.model, messages=[{"role": "user", "content": "Tell me a long story about a lighthouse."}],
@@ -84,13 +85,13 @@ async def test_openai_sdk_streams_through_sessions_and_resumes_by_counting_chunk
 
 
 async def test_twenty_sessions_with_their_own_resumes_do_not_cross(vllm_engine, tmp_path):
-    settings = session_settings(vllm_engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db")
-    async with gateway_on(settings) as (base, app):
+    settings = engine_session_settings(vllm_engine, session_store="sqlite", database_url=f"sqlite:///{tmp_path}/s.db")
+    async with running_gateway(settings) as (base, app):
 
         async def follow(n: int) -> tuple[list, list]:
             rng = random.Random(n)
             sid = f"crowd-{n}"
-            body = chat_body(vllm_engine, 80, prompt=f"Story number {n}: begin.", session_id=sid)
+            body = engine_chat_body(vllm_engine, 80, prompt=f"Story number {n}: begin.", session_id=sid)
             events = []
             while not (events and events[-1].done):
                 headers = {"Last-Event-ID": events[-1].id} if events else {}

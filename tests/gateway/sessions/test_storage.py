@@ -9,10 +9,11 @@ from fastapi import APIRouter, Request
 
 from gateway.api import Gateway, PrincipalDep
 from gateway.app import create_app
-from tests.fixtures.servers import serve_uvicorn
-from tests.unit.streams.conftest import chat, in_memory, running_gateway
-from tests.unit.streams.sse_client import fresh_client, read_stream
-from tests.unit.streams.test_lifecycle import until
+from tests.support.bodies import stream_body
+from tests.support.gateway import in_memory, running_gateway
+from tests.support.servers import serve_uvicorn
+from tests.support.sse_client import fresh_client, read_stream
+from tests.support.waiting import until
 
 
 async def in_server(app, make_coro):
@@ -23,7 +24,7 @@ async def in_server(app, make_coro):
 
 async def test_memory_store_answers_410_for_events_that_left_the_ring(gateway):
     async with gateway(session_store="memory", session_ring_size=16) as (base, app), fresh_client(base) as client:
-        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="ring-1"))
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100, session_id="ring-1"))
         gone = await client.get("/v1/sessions/ring-1/events", headers={"Last-Event-ID": "ring-1:3"})
         kept = await read_stream(client, "GET", "/v1/sessions/ring-1/events",
                                  headers={"Last-Event-ID": f"ring-1:{len(full.events) - 10}"})
@@ -34,26 +35,26 @@ async def test_memory_store_answers_410_for_events_that_left_the_ring(gateway):
 
 async def test_sqlite_store_replays_events_the_ring_dropped(gateway):
     async with gateway(session_store="sqlite", session_ring_size=16) as (base, app), fresh_client(base) as client:
-        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="ring-2"))
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100, session_id="ring-2"))
         old = await read_stream(client, "GET", "/v1/sessions/ring-2/events", headers={"Last-Event-ID": "ring-2:3"})
     assert [e.data for e in old.events] == [e.data for e in full.events[4:]]
 
 
-async def test_finished_sessions_survive_a_restart_with_sqlite(make_settings):
-    settings = make_settings(session_store="sqlite")
+async def test_finished_sessions_survive_a_restart_with_sqlite(make_session_settings):
+    settings = make_session_settings(session_store="sqlite")
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
-        full = await read_stream(client, "POST", "/v1/chat/completions", json=chat(20, session_id="persist-1"))
+        full = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(20, session_id="persist-1"))
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         replay = await read_stream(client, "GET", "/v1/sessions/persist-1/events", headers={"Last-Event-ID": "persist-1:9"})
     assert [e.data for e in replay.events] == [e.data for e in full.events[10:]]
     assert replay.dones == 1
 
 
-async def test_shutdown_mid_stream_persists_an_explicit_end(make_settings, fake_engine):
+async def test_shutdown_mid_stream_persists_an_explicit_end(make_session_settings, fake_engine):
     fake_engine.chunk_delay = 0.02
-    settings = make_settings(session_store="sqlite")
+    settings = make_session_settings(session_store="sqlite")
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
-        seen = await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000, session_id="cut-1"), stop_after=10)
+        seen = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(1000, session_id="cut-1"), stop_after=10)
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
         replay = await read_stream(client, "GET", "/v1/sessions/cut-1/events")
     assert [e.data for e in replay.events[:10]] == [e.data for e in seen.events]
@@ -62,13 +63,13 @@ async def test_shutdown_mid_stream_persists_an_explicit_end(make_settings, fake_
     assert replay.events[-1].done and replay.dones == 1
 
 
-async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_settings):
+async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_session_settings):
     """A producer that vanished without writing an ending (a crash): its lease runs out."""
     from gateway.sessions.frames import frame, id_prefix, pack_frames
     from gateway.sessions.store.base import Batch, Chunk, NewGeneration
     from gateway.sessions.store.sqlite import SQLiteStore
 
-    settings = make_settings(session_store="sqlite", session_lease_seconds=0.5)
+    settings = make_session_settings(session_store="sqlite", session_lease_seconds=0.5)
     dead = SQLiteStore(settings.database_url, replica="crashed-replica", lease_seconds=0.5, poll_interval=0.05)
     await dead.open()
     prefix = id_prefix("crash-1")
@@ -94,7 +95,7 @@ async def test_writes_are_batched_not_one_commit_per_event(gateway, fake_engine)
         clients = [fresh_client(base) for _ in range(10)]
         try:
             results = await asyncio.gather(*(
-                read_stream(c, "POST", "/v1/chat/completions", json=chat(100, session_id=f"batch-{i}"))
+                read_stream(c, "POST", "/v1/chat/completions", json=stream_body(100, session_id=f"batch-{i}"))
                 for i, c in enumerate(clients)))
         finally:
             for c in clients:
@@ -110,8 +111,8 @@ async def test_writes_are_batched_not_one_commit_per_event(gateway, fake_engine)
 async def test_gc_drops_expired_finished_sessions_but_never_a_live_one(gateway, fake_engine):
     fake_engine.chunk_delay = 0.02
     async with gateway(session_store="sqlite", sessions_ttl_seconds=0.2) as (base, app), fresh_client(base) as client:
-        await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id="old-1"))
-        live = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions", json=chat(100, session_id="live-1")))
+        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(2, session_id="old-1"))
+        live = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100, session_id="live-1")))
         await until(lambda: (s := app.state.sessions.local("local", "live-1")) is not None and s.log.next_index > 2)
         await asyncio.sleep(0.3)  # let the TTL pass (the clock is what is tested here, not a synchronisation)
         await in_server(app, app.state.sessions.collect_garbage)
@@ -126,7 +127,7 @@ async def test_gc_drops_expired_finished_sessions_but_never_a_live_one(gateway, 
 async def test_memory_stays_bounded_under_many_sessions(gateway):
     async with gateway(session_store="memory", session_memory_max_finished=5) as (base, app), fresh_client(base) as client:
         for i in range(20):
-            await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
+            await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(2, session_id=f"many-{i}"))
         kept = in_memory(app)
         oldest = await client.get("/v1/sessions/many-0")
         newest = await client.get("/v1/sessions/many-19")
@@ -134,7 +135,7 @@ async def test_memory_stays_bounded_under_many_sessions(gateway):
     assert oldest.status_code == 404 and newest.status_code == 200
     async with gateway(session_store="sqlite") as (base, app), fresh_client(base) as client:
         for i in range(20):
-            await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
+            await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(2, session_id=f"many-{i}"))
         await until(lambda: in_memory(app) == 0)
         oldest = await client.get("/v1/sessions/many-0")
     assert oldest.status_code == 200 and oldest.json()["status"] == "ended"
@@ -143,8 +144,8 @@ async def test_memory_stays_bounded_under_many_sessions(gateway):
 async def test_usage_is_counted_per_key_even_for_aborted_streams(gateway, fake_engine):
     fake_engine.chunk_delay = 0.02
     async with gateway() as (base, app), fresh_client(base) as client:
-        await read_stream(client, "POST", "/v1/chat/completions", json=chat(7))
-        await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000), stop_after=5)
+        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(7))
+        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(1000), stop_after=5)
         metrics = app.state.gateway.metrics
         await until(lambda: metrics.streams_ended.labels("client_disconnect")._value.get() == 1)
         completion = metrics.tokens.labels("local", "completion")._value.get()
@@ -155,7 +156,7 @@ async def test_usage_is_counted_per_key_even_for_aborted_streams(gateway, fake_e
     assert completion >= 7 + 4  # 7 reported + at least the 4 tokens seen before the abort (estimated)
 
 
-async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_settings, fake_engine):
+async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_session_settings, fake_engine):
     fake_engine.chunk_delay = 0.01
     results = []
 
@@ -181,7 +182,7 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
         def status(self) -> dict:
             return {"ready": True}
 
-    app = create_app(make_settings(), features={"probe": Probe})
+    app = create_app(make_session_settings(), features={"probe": Probe})
 
     async with serve_uvicorn(app) as base, fresh_client(base) as client:
         got = await read_stream(client, "POST", "/test/chat", stop_after=3)  # the client leaves early
@@ -202,7 +203,7 @@ async def test_a_generation_another_replica_ended_is_fenced_off_and_stopped_here
     async with gateway(session_store="sqlite", session_lease_seconds=60) as (base, app), fresh_client(base) as client:
         manager = app.state.sessions
         reading = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
-                                                  json=chat(1000, session_id="fence-1")))
+                                                  json=stream_body(1000, session_id="fence-1")))
         await until(lambda: (s := manager.local("local", "fence-1")) is not None and s.stored and s.log.persisted > 5)
         session = manager.local("local", "fence-1")
         other = SQLiteStore(app.state.gateway.settings.effective_sessions_database_url, replica="other",

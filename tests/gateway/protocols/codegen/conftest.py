@@ -11,7 +11,7 @@ import requests
 
 from gateway.app import create_app
 from gateway.config import Settings
-from tests.fixtures.servers import run_uvicorn
+from tests.support.servers import run_uvicorn
 
 
 @pytest.fixture(scope="module")

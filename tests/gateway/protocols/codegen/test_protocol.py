@@ -352,7 +352,8 @@ def app() -> FastAPI:
 
 
 @pytest.fixture
-async def client(app: FastAPI):
+async def schema_client(app: FastAPI):
+    """The schemas behind a bare FastAPI app (the name differs from the gateway-wide ``client``)."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield client
@@ -369,31 +370,31 @@ async def client(app: FastAPI):
     ],
 )
 async def test_generate_422_names_the_field(
-    client: httpx.AsyncClient, body: dict, location: list
+    schema_client: httpx.AsyncClient, body: dict, location: list
 ) -> None:
-    response = await client.post("/generate", json=body)
+    response = await schema_client.post("/generate", json=body)
     assert response.status_code == 422
     assert [error["loc"] for error in response.json()["detail"]] == [location]
 
 
-async def test_generate_accepts_the_documented_example(client: httpx.AsyncClient) -> None:
+async def test_generate_accepts_the_documented_example(schema_client: httpx.AsyncClient) -> None:
     body = {"prompt": "def two_sum(nums, target):", "max_tokens": 256, "temperature": 0.2}
-    response = await client.post("/generate", json=body)
+    response = await schema_client.post("/generate", json=body)
     assert response.status_code == 200
     assert response.json()["max_tokens"] == 256
 
 
-async def test_chat_422_names_the_message_role(client: httpx.AsyncClient) -> None:
-    response = await client.post("/chat", json={"messages": [{"role": "robot", "content": "x"}]})
+async def test_chat_422_names_the_message_role(schema_client: httpx.AsyncClient) -> None:
+    response = await schema_client.post("/chat", json={"messages": [{"role": "robot", "content": "x"}]})
     assert response.status_code == 422
     locations = [error["loc"] for error in response.json()["detail"]]
     assert locations == [["body", "messages", 0, "role"]]
 
 
-async def test_extract_code_json_has_no_blocks_key_unless_asked(client: httpx.AsyncClient) -> None:
-    plain = await client.post("/extract-code", json={"prompt": HELLO})
+async def test_extract_code_json_has_no_blocks_key_unless_asked(schema_client: httpx.AsyncClient) -> None:
+    plain = await schema_client.post("/extract-code", json={"prompt": HELLO})
     assert plain.json() == {"code": "print('Hello, World!')"}
-    with_blocks = await client.post("/extract-code", json={"prompt": HELLO, "all_blocks": True})
+    with_blocks = await schema_client.post("/extract-code", json={"prompt": HELLO, "all_blocks": True})
     assert with_blocks.json() == {
         "code": "print('Hello, World!')",
         "blocks": [{"language": "python", "code": "print('Hello, World!')"}],

@@ -17,22 +17,22 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.engines.device import reported_device
 from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable
-from tests.fixtures.servers import free_port
-from tests.support.fake_engine import running_fake_engine
-from tests.unit.codegen.test_service import (
+from tests.support.codegen_fakes import (
     MODEL_NOT_LOADED,
-    FakeEngine,
+    FakeEngineState,
     FakeUpstream,
     chat_completion,
     completion,
     engine_error,
     tokenized,
 )
+from tests.support.fake_engine import running_fake_engine
+from tests.support.servers import free_port
 
 GENERATE_KEYS = {"generated_text", "prompt", "model", "num_tokens", "finish_reason", "generated_texts"}
 
 
-def make_settings(tmp_path, **overrides) -> Settings:
+def codegen_settings(tmp_path, **overrides) -> Settings:
     return Settings(session_store="off", database_url=f"sqlite+aiosqlite:///{tmp_path}/market.db",
                     access_log=False, **overrides)
 
@@ -51,9 +51,9 @@ class Gateway:
 
 @pytest.fixture
 async def gateway(tmp_path):
-    settings = make_settings(tmp_path)
+    settings = codegen_settings(tmp_path)
     app = create_app(settings)
-    app.state.gateway.engine_state = FakeEngine()
+    app.state.gateway.engine_state = FakeEngineState()
     app.state.gateway.engines = FakeUpstream()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
         yield Gateway(app, client)
@@ -91,7 +91,7 @@ async def test_chat_answers_the_contract_shape(gateway):
 
 async def test_model_info_answers_the_contract_shape(gateway, tmp_path):
     (tmp_path / "config.json").write_text('{"torch_dtype": "float16"}')
-    gateway.app.state.gateway.engine_state = FakeEngine(root=str(tmp_path))
+    gateway.app.state.gateway.engine_state = FakeEngineState(root=str(tmp_path))
     response = await gateway.client.get("/model-info")
     assert response.status_code == 200
     assert response.json() == {"model_path": "served-model", "device": reported_device(gateway.app.state.gateway.settings),
@@ -123,7 +123,7 @@ async def test_extract_code_lists_blocks_only_when_asked(gateway):
 async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(tmp_path, path, body):
     engine_seconds = 0.4
     async with running_fake_engine(response_delay=engine_seconds) as engine:
-        app = create_app(make_settings(tmp_path, vllm_base_url=engine.base_url))
+        app = create_app(codegen_settings(tmp_path, vllm_base_url=engine.base_url))
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
                 response = await client.post(path, json=body)
@@ -188,7 +188,7 @@ async def test_engine_errors_leave_as_detail_with_the_contract_status(gateway, p
     ("GET", "/model-info", None),
 ])
 async def test_an_engine_that_is_not_ready_is_the_documented_503(gateway, method, path, body):
-    gateway.app.state.gateway.engine_state = FakeEngine(ready=False)
+    gateway.app.state.gateway.engine_state = FakeEngineState(ready=False)
     response = await gateway.client.request(method, path, json=body)
     assert (response.status_code, response.json()) == (503, {"detail": MODEL_NOT_LOADED})
 
@@ -209,7 +209,7 @@ async def test_the_request_id_reaches_the_engine(gateway):
 
 # --- a real upstream client, with nothing listening ---------------------------------------------------
 async def test_with_the_engine_down_every_engine_route_is_a_503_and_health_still_answers(tmp_path):
-    settings = make_settings(tmp_path, vllm_base_url=f"http://127.0.0.1:{free_port()}", upstream_connect_timeout=1)
+    settings = codegen_settings(tmp_path, vllm_base_url=f"http://127.0.0.1:{free_port()}", upstream_connect_timeout=1)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
@@ -227,9 +227,9 @@ async def test_with_the_engine_down_every_engine_route_is_a_503_and_health_still
 
 # --- auth ---------------------------------------------------------------------------------------
 async def test_the_code_api_requires_a_key_when_keys_are_configured(tmp_path):
-    settings = make_settings(tmp_path, api_keys=["reader-key"])
+    settings = codegen_settings(tmp_path, api_keys=["reader-key"])
     app = create_app(settings)
-    app.state.gateway.engine_state = FakeEngine()
+    app.state.gateway.engine_state = FakeEngineState()
     app.state.gateway.engines = FakeUpstream(**answering())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
         anonymous = await client.post("/generate", json={"prompt": "x"})

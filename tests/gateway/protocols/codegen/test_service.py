@@ -1,7 +1,7 @@
 """The code API's service logic against a fake engine: what is sent to vLLM, what comes back.
 
-The fakes stand for ``app.state.gateway.engines`` (``post_json``) and ``app.state.gateway.engine_state``; each
-test scripts the engine's answers and checks both the request the service made and the
+The fakes (tests/support/codegen_fakes.py) stand for the core's engine client (``post_json``)
+and engine state; each test scripts the engine's answers and checks both the request the service made and the
 answer or error it gave.
 """
 
@@ -9,97 +9,35 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pytest
 
 from gateway.config import Settings
-from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable, parse_error_body
+from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable
 from gateway.http.errors import GatewayError
 from gateway.protocols.codegen import service
 from gateway.protocols.codegen.protocol import ChatMessage, ChatRequest, GenerateRequest
-
-MODEL_NOT_LOADED = "Model not loaded. Check /health for status."
-
-
-class FakeUpstream:
-    """Answers ``post_json`` per path: a dict, a callable(payload) -> dict, or an exception to raise."""
-
-    def __init__(self, **answers: Any) -> None:
-        self.answers = {path.replace("_", "/"): answer for path, answer in answers.items()}
-        self.calls: list[tuple[str, dict, str | None]] = []
-
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
-        self.calls.append((path, payload, request_id))
-        answer = self.answers[path]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer(payload) if callable(answer) else answer
-
-    def payload(self, path: str) -> dict:
-        [payload] = [p for called, p, _ in self.calls if called == path]
-        return payload
-
-    @property
-    def paths(self) -> list[str]:
-        return [path for path, _, _ in self.calls]
-
-
-def upstream(**answers: Any) -> FakeUpstream:
-    """A FakeUpstream; keyword names are paths with "/" spelled "_" (``_v1_completions``)."""
-    return FakeUpstream(**answers)
-
-
-@dataclass
-class FakeEngine:
-    ready: bool = True
-    default_model: str = "served-model"
-    reported_model: str = "served-model"
-    max_model_len: int = 8192
-    root: str | None = None
-    ready_after_refresh: bool | None = None
-    refreshes: int = 0
-
-    async def refresh_if_stale(self) -> None:
-        self.refreshes += 1
-        if self.ready_after_refresh is not None:
-            self.ready = self.ready_after_refresh
-
-
-def tokenized(count: int, limit: int = 8192) -> dict:
-    return {"count": count, "max_model_len": limit, "tokens": list(range(count))}
-
-
-def completion(*texts: str, tokens: int = 7, finish: str = "length", order: list[int] | None = None) -> dict:
-    indexes = order or list(range(len(texts)))
-    choices = [{"index": i, "text": texts[i], "finish_reason": finish} for i in indexes]
-    return {"object": "text_completion", "choices": choices,
-            "usage": {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens}}
-
-
-def chat_completion(content: str | None, *, tokens: int = 5, finish: str = "stop") -> dict:
-    return {"object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens}}
-
-
-def engine_error(status: int, message: str, param: str | None = None) -> Exception:
-    """The error UpstreamClient raises for an engine answer with this status (vLLM's envelope)."""
-    body = {"error": {"message": message, "type": "BadRequestError", "param": param, "code": status}}
-    return parse_error_body(status, orjson.dumps(body))
-
+from tests.support.codegen_fakes import (
+    MODEL_NOT_LOADED,
+    FakeEngineState,
+    FakeUpstream,
+    chat_completion,
+    completion,
+    engine_error,
+    tokenized,
+    upstream,
+)
 
 SETTINGS = Settings(default_max_tokens=512, default_temperature=0.2, default_top_p=0.95)
 FENCED = "Sure:\n```js\nconsole.log(1)\n```\nand\n```python\ndef f():\n    return 1\n```\nbye"
 
 
-async def run_generate(up: FakeUpstream, *, extract: bool = False, engine: FakeEngine | None = None,
+async def run_generate(up: FakeUpstream, *, extract: bool = False, engine: FakeEngineState | None = None,
                        settings: Settings = SETTINGS, **body: Any):
     return await service.generate(
         request=GenerateRequest(**({"prompt": "def f():"} | body)), extract=extract, upstream=up,
-        engine=engine or FakeEngine(), settings=settings, request_id="rid-1",
+        engine=engine or FakeEngineState(), settings=settings, request_id="rid-1",
     )
 
 
@@ -188,7 +126,7 @@ async def test_an_engine_without_tokenize_still_generates():
 
 # --- engine readiness and errors ---------------------------------------------------------
 async def test_an_engine_that_is_not_ready_is_a_503_without_calling_it():
-    engine = FakeEngine(ready=False)
+    engine = FakeEngineState(ready=False)
     up = upstream()
     with pytest.raises(GatewayError) as caught:
         await run_generate(up, engine=engine)
@@ -197,7 +135,7 @@ async def test_an_engine_that_is_not_ready_is_a_503_without_calling_it():
 
 
 async def test_an_engine_that_became_ready_since_the_last_look_is_used():
-    engine = FakeEngine(ready=False, ready_after_refresh=True)
+    engine = FakeEngineState(ready=False, ready_after_refresh=True)
     up = upstream(_tokenize=tokenized(4), _v1_completions=completion("x"))
     assert (await run_generate(up, engine=engine)).generated_text == "x"
 
@@ -265,9 +203,9 @@ CONVERSATION = [
 ]
 
 
-async def run_chat(up: FakeUpstream, messages=CONVERSATION, engine: FakeEngine | None = None, **body: Any):
+async def run_chat(up: FakeUpstream, messages=CONVERSATION, engine: FakeEngineState | None = None, **body: Any):
     return await service.chat(request=ChatRequest(messages=messages, **body), upstream=up,
-                              engine=engine or FakeEngine(), settings=SETTINGS, request_id="rid-2")
+                              engine=engine or FakeEngineState(), settings=SETTINGS, request_id="rid-2")
 
 
 async def test_chat_sends_the_messages_to_the_engine_chat_template():
@@ -294,7 +232,7 @@ async def test_chat_with_no_content_answers_an_empty_message():
 async def test_a_conversation_chat_cannot_answer_is_a_400_before_the_engine(messages, detail):
     up = upstream()
     with pytest.raises(GatewayError) as caught:
-        await run_chat(up, messages=messages, engine=FakeEngine(ready=False))
+        await run_chat(up, messages=messages, engine=FakeEngineState(ready=False))
     assert (caught.value.status, caught.value.message) == (400, detail)
     assert up.calls == []
 
@@ -334,7 +272,7 @@ def write_config(directory, **fields) -> str:
 
 
 async def test_model_info_reads_the_dtype_of_the_served_checkpoint(tmp_path):
-    engine = FakeEngine(root=write_config(tmp_path, dtype="bfloat16"))
+    engine = FakeEngineState(root=write_config(tmp_path, dtype="bfloat16"))
     info = await service.model_info(engine=engine, settings=Settings(device="cuda"), dtypes=service.CheckpointDtypes())
     assert info.model_dump() == {"model_path": "served-model", "device": "cuda", "dtype": "torch.bfloat16"}
 
@@ -378,5 +316,5 @@ async def test_the_dtype_is_read_once_and_off_the_event_loop(tmp_path, monkeypat
 
 async def test_model_info_without_a_ready_engine_is_the_contract_503():
     with pytest.raises(GatewayError) as caught:
-        await service.model_info(engine=FakeEngine(ready=False), settings=SETTINGS, dtypes=service.CheckpointDtypes())
+        await service.model_info(engine=FakeEngineState(ready=False), settings=SETTINGS, dtypes=service.CheckpointDtypes())
     assert (caught.value.status, caught.value.message) == (503, MODEL_NOT_LOADED)

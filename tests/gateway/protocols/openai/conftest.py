@@ -8,37 +8,23 @@ import openai
 import pytest
 
 from gateway.app import create_app
-from gateway.config import Settings
-from tests.fixtures.servers import run_uvicorn
+from tests.support.engine_gateway import engine_settings
+from tests.support.gateway import READ_KEY
+from tests.support.servers import run_uvicorn
 from tests.support.tcp_proxy import TcpProxy
-
-GATEWAY_KEY = "sk-integration-test-key"
-
-
-def gateway_settings(engine, tmp_path, **overrides) -> Settings:
-    values = dict(
-        vllm_base_url=engine.base_url,
-        vllm_api_key=engine.api_key,
-        api_keys=[GATEWAY_KEY],
-        database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db",
-        session_store="off",
-        sse_keepalive_seconds=1.0,
-    )
-    values.update(overrides)
-    return Settings(**values)
 
 
 @pytest.fixture(scope="module", params=["off", "sqlite"], ids=["plain-relay", "sessions"])
 def gateway_url(request, vllm_engine, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gateway")
-    settings = gateway_settings(vllm_engine, tmp, session_store=request.param)
+    settings = engine_settings(vllm_engine, tmp, session_store=request.param)
     with run_uvicorn(create_app(settings)) as url:
         yield url
 
 
 @pytest.fixture
 def sdk(gateway_url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway_url + "/v1", api_key=GATEWAY_KEY, max_retries=0)
+    return openai.OpenAI(base_url=gateway_url + "/v1", api_key=READ_KEY, max_retries=0)
 
 
 @pytest.fixture
@@ -58,9 +44,9 @@ def engine_proxy(vllm_engine):
 @pytest.fixture
 def dead_engine_gateway_url(vllm_engine, engine_proxy, tmp_path):
     """A gateway whose engine was ready, then stopped answering."""
-    settings = gateway_settings(vllm_engine, tmp_path, vllm_base_url=engine_proxy.url)
+    settings = engine_settings(vllm_engine, tmp_path, vllm_base_url=engine_proxy.url)
     with run_uvicorn(create_app(settings)) as url:
-        client = openai.OpenAI(base_url=url + "/v1", api_key=GATEWAY_KEY, max_retries=0)
+        client = openai.OpenAI(base_url=url + "/v1", api_key=READ_KEY, max_retries=0)
         assert client.models.list().data  # ready through the proxy first
         engine_proxy.stop()
         yield url

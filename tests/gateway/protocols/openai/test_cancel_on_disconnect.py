@@ -13,13 +13,14 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from tests.fixtures.servers import serve_uvicorn
-from tests.integration.gateway.conftest import GATEWAY_KEY, gateway_settings
+from tests.support.engine_gateway import engine_settings
+from tests.support.gateway import READ_KEY
+from tests.support.servers import serve_uvicorn
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 LONG = 8000  # tokens: 8-16 s of generation on the CPU engine, far longer than any test step
-HEADERS = {"authorization": f"Bearer {GATEWAY_KEY}"}
+HEADERS = {"authorization": f"Bearer {READ_KEY}"}
 
 
 async def wait_for_metric(engine, name: str, predicate, timeout: float) -> float:
@@ -35,7 +36,7 @@ async def wait_for_metric(engine, name: str, predicate, timeout: float) -> float
 
 @pytest.fixture(params=["off", "sqlite"], ids=["plain-relay", "sessions"])
 async def gateway(request, idle_vllm_engine, tmp_path):
-    app = create_app(gateway_settings(idle_vllm_engine, tmp_path, session_store=request.param))
+    app = create_app(engine_settings(idle_vllm_engine, tmp_path, session_store=request.param))
     async with serve_uvicorn(app) as url:
         yield url
 

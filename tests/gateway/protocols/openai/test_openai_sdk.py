@@ -12,7 +12,7 @@ import json
 import openai
 import pytest
 
-from tests.integration.gateway.conftest import GATEWAY_KEY
+from tests.support.gateway import READ_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
@@ -151,7 +151,7 @@ def test_request_id_becomes_the_engines_request_id(sdk, engine_model):
 
 
 def test_stopped_engine_is_a_503(dead_engine_gateway_url):
-    client = openai.OpenAI(base_url=dead_engine_gateway_url + "/v1", api_key=GATEWAY_KEY, max_retries=0)
+    client = openai.OpenAI(base_url=dead_engine_gateway_url + "/v1", api_key=READ_KEY, max_retries=0)
     with pytest.raises(openai.InternalServerError) as caught:
         client.chat.completions.create(model="stack-2.9", messages=PROMPT, max_tokens=4)
     assert caught.value.status_code == 503

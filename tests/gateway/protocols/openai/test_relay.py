@@ -7,13 +7,8 @@ import socket
 import orjson
 import pytest
 
-from tests.unit.gateway.conftest import serving
-
-CHAT = "/v1/chat/completions"
-
-
-def chat_body(**extra) -> dict:
-    return {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
+from tests.support.bodies import CHAT, chat_body
+from tests.support.gateway import serving
 
 
 def sse_events(text: str) -> list[str]:

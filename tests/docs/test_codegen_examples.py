@@ -1,18 +1,17 @@
-"""The README shows the Stack 2.9 examples that the integration tier runs against the real engine.
+"""docs/codegen.md shows the Stack 2.9 examples that the integration tier runs against the real engine.
 
-tests/gateway/protocols/codegen/test_documented_examples.py executes each snippet as written; this
-check keeps the README's copies identical to those, so a reader's copy-paste is a tested one.
+tests/gateway/protocols/codegen/test_documented_examples.py executes each snippet as written;
+this check keeps the page's copies identical to those, so a reader's copy-paste is a tested one.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.gateway.protocols.codegen import test_documented_examples as documented
+from tests.support.docs import read_doc
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+PAGE = read_doc("codegen.md")
 SNIPPETS = {name: value for name, value in vars(documented).items()
             if name.isupper() and isinstance(value, str) and name != "DOCS_URL"}
 
@@ -22,5 +21,5 @@ def test_every_documented_example_is_checked():
 
 
 @pytest.mark.parametrize("name", sorted(SNIPPETS))
-def test_readme_shows_the_tested_snippet_verbatim(name):
-    assert SNIPPETS[name].strip("\n") in README, f"README's copy of {name} differs from the tested one"
+def test_the_page_shows_the_tested_snippet_verbatim(name):
+    assert SNIPPETS[name].strip("\n") in PAGE, f"docs/codegen.md's copy of {name} differs from the tested one"

@@ -1,13 +1,13 @@
-"""The README's configuration table documents every setting the gateway reads, and nothing else."""
+"""The README's configuration table documents every setting the gateway and its installed features read, and nothing else."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from gateway.features import settings_classes
+from tests.support.docs import read_doc
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = read_doc("README.md")
 
 
 def configuration_table() -> dict[str, str]:

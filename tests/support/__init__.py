@@ -7,5 +7,5 @@ process or on a port, the API keys tests use), ``bodies`` (request bodies for th
 engine), ``engine_gateway`` (settings, bodies and a metrics probe for the real engine),
 ``sse_client`` (an SSE reader for session tests), ``gateway_process`` (the gateway as its own
 process), ``tcp_proxy`` (a proxy a test can cut), ``codegen_fakes`` (fakes for the code API's
-service), ``waiting`` (poll until a condition holds).
+service), ``waiting`` (poll until a condition holds), ``docs`` (the pages of docs/ and their code blocks).
 """

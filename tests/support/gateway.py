@@ -26,9 +26,12 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The app with its lifespan running, behind an in-process httpx client (``client.app`` is the app)."""
-    app = create_app(settings)
+async def serving(settings: Settings, *, features: dict | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, behind an in-process httpx client (``client.app`` is the app).
+
+    ``features``: feature factories by name, as ``create_app`` takes them (default: the installed ones).
+    """
+    app = create_app(settings, features=features)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

@@ -1,6 +1,6 @@
 """Every example of the Stack 2.9 API documentation, run as written against gateway + real engine.
 
-The snippets below are the README's, character for character, except that
+The snippets below are docs/codegen.md's, character for character (tests/docs checks it), except that
 ``http://localhost:8000`` is replaced by the test server's address: curl commands run in
 bash, Python snippets run with ``exec`` (so the test can look at the ``response`` they
 got), the JavaScript snippet runs in node. The engine's random tiny model writes
@@ -168,7 +168,7 @@ def run_curl(command: str, api_url: str) -> dict:
 
 def run_python(snippet: str, api_url: str) -> dict:
     namespace: dict = {}
-    exec(compile(snippet.replace(DOCS_URL, api_url), "<README snippet>", "exec"), namespace)
+    exec(compile(snippet.replace(DOCS_URL, api_url), "<docs/codegen.md snippet>", "exec"), namespace)
     return namespace
 
 

@@ -24,7 +24,7 @@ import orjson
 from yarl import URL
 
 from gateway.config import Settings
-from gateway.engines.errors import BadGateway, EngineHTTPError, parse_error_body, translate_client_error
+from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, parse_error_body, translate_client_error
 from gateway.engines.routing import RouteHints
 from gateway.http.timing import add_engine_wait
 
@@ -42,17 +42,21 @@ class EngineStream:
         if response.connection is not None and response.connection.protocol is not None:
             response.connection.protocol.read_timeout = chunk_timeout
 
-    async def read(self) -> bytes:
-        """The bytes that arrived since the last read (waiting for some); b"" once the stream ended."""
-        try:
-            return await self._content.readany()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise translate_client_error(exc) from exc
+    # The streaming loop reads ``content.readany()`` itself (one awaited call per read, no
+    # wrapper) and turns these into the gateway's errors with ``failure``.
+    errors = (TimeoutError, aiohttp.ClientError, OSError)
 
-    async def refusal(self) -> EngineHTTPError | None:
-        """The engine's HTTP error when it refused the request (the stream is closed then)."""
-        if self.status < 400:
-            return None
+    @property
+    def readany(self):
+        """``await stream.readany()``: the bytes that arrived since the last read; b"" at the end."""
+        return self._content.readany
+
+    @staticmethod
+    def failure(exc: BaseException) -> EngineError:
+        return translate_client_error(exc)
+
+    async def refusal(self) -> EngineHTTPError:
+        """The engine's HTTP error, for a stream whose status says it refused the request (closed then)."""
         try:
             body = await self.response.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -18,6 +18,12 @@ from starlette.types import Receive
 
 
 class DisconnectWatcher:
+    """One task waiting on ``receive()``; keep-alive ticks come from a timer, not from timeouts on it.
+
+    (``asyncio.wait_for`` around ``receive()`` would wrap it in one more task per request and
+    per tick; a rescheduled timer costs nothing until it fires.)
+    """
+
     def __init__(
         self,
         receive: Receive,
@@ -31,30 +37,42 @@ class DisconnectWatcher:
         self._tick_seconds = tick_seconds
         self._on_tick = on_tick
         self._task: asyncio.Task | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._ticking: asyncio.Task | None = None
         self.disconnected = False
 
     def start(self) -> "DisconnectWatcher":
-        self._task = asyncio.get_running_loop().create_task(self._watch())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._watch())
+        if self._tick_seconds is not None and self._on_tick is not None:
+            self._timer = loop.call_later(self._tick_seconds, self._tick)
         return self
 
     def stop(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _watch(self) -> None:
         while True:
-            if self._tick_seconds is None:
-                message = await self._receive()
-            else:
-                try:
-                    message = await asyncio.wait_for(self._receive(), self._tick_seconds)
-                except TimeoutError:
-                    if self._on_tick is not None:
-                        with contextlib.suppress(Exception):
-                            await self._on_tick()
-                    continue
+            message = await self._receive()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
                 self.on_disconnect()
                 return
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._ticking is None or self._ticking.done():  # one keep-alive at a time
+            self._ticking = loop.create_task(self._run_tick())
+        self._timer = loop.call_later(self._tick_seconds, self._tick)
+
+    async def _run_tick(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._on_tick()

@@ -17,6 +17,8 @@ import orjson
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "color_message"}
+# A record with exactly one extra (``fields``) has this many attributes.
+_PLAIN_RECORD_SIZE = len(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) + 1
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,9 +35,13 @@ class JsonFormatter(logging.Formatter):
         request_id = request_id_var.get()
         if request_id is not None:
             entry["request_id"] = request_id
-        for key, value in record.__dict__.items():
-            if key not in _RESERVED and not key.startswith("_"):
-                entry[key] = value
+        fields = record.__dict__.get("fields")
+        if fields is not None and len(record.__dict__) == _PLAIN_RECORD_SIZE:
+            entry.update(fields)  # the access line: its fields in one dict, no scan for extras
+        else:
+            for key, value in record.__dict__.items():
+                if key not in _RESERVED and not key.startswith("_"):
+                    entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()

@@ -59,6 +59,8 @@ class Metrics:
             registry=r,
         )
         self._request_children: dict[tuple[str, int], tuple] = {}
+        self._ended_children: dict[str, object] = {}
+        self._token_children: dict[str, tuple] = {}
         self.engine_ready = Gauge("gateway_engine_ready", "1 when the engine answers health and lists models",
                                   registry=r)
 
@@ -74,15 +76,25 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def stream_ended(self, how: str) -> None:
+        child = self._ended_children.get(how)
+        if child is None:
+            child = self._ended_children[how] = self.streams_ended.labels(how)
+        child.inc()
+
     def count_usage(self, key_id: str, usage: dict | None) -> None:
         if not usage:
             return
         prompt = usage.get("prompt_tokens") or 0
         completion = usage.get("completion_tokens") or 0
+        children = self._token_children.get(key_id)
+        if children is None:  # as many as there are keys
+            children = self._token_children[key_id] = (self.tokens.labels(key_id, "prompt"),
+                                                        self.tokens.labels(key_id, "completion"))
         if prompt:
-            self.tokens.labels(key_id, "prompt").inc(prompt)
+            children[0].inc(prompt)
         if completion:
-            self.tokens.labels(key_id, "completion").inc(completion)
+            children[1].inc(completion)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

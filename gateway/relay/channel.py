@@ -15,6 +15,7 @@ from collections.abc import Callable
 from starlette.types import Receive, Send
 
 from gateway.http.disconnect import DisconnectWatcher
+from gateway.http.middleware import SERVER_SEND
 from gateway.relay.sse import KEEPALIVE_FRAME, SSE_HEADERS
 
 
@@ -23,10 +24,13 @@ def _nothing() -> None:
 
 
 class ClientChannel:
-    __slots__ = ("_send", "_receive", "_keepalive_seconds", "_watcher", "_written", "_seen", "started", "closed")
+    __slots__ = ("_send", "_body_send", "_receive", "_keepalive_seconds", "_watcher", "_written", "_seen", "started",
+                 "closed")
 
-    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float) -> None:
+    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float, scope: dict | None = None) -> None:
         self._send = send
+        # Body messages go straight to the server once the head went out (``SERVER_SEND``).
+        self._body_send = scope.get(SERVER_SEND, send) if scope is not None else send
         self._receive = receive
         self._keepalive_seconds = keepalive_seconds
         self._watcher: DisconnectWatcher | None = None
@@ -64,7 +68,7 @@ class ClientChannel:
     async def write(self, body: bytes) -> None:
         if not self.closed and not self.gone:
             self._written += 1
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            await self._body_send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def close(self, tail: bytes = b"") -> None:
         """Write ``tail`` and end the response (nothing is written to a client that left)."""
@@ -73,7 +77,7 @@ class ClientChannel:
         self.closed = True
         self.stop_watching()
         if self.started and not self.gone:
-            await self._send({"type": "http.response.body", "body": tail, "more_body": False})
+            await self._body_send({"type": "http.response.body", "body": tail, "more_body": False})
 
     def stop_watching(self) -> None:
         if self._watcher is not None:
@@ -81,5 +85,5 @@ class ClientChannel:
 
     async def _tick(self) -> None:
         if self._written == self._seen and self.started and not self.closed:  # nothing written since last tick
-            await self._send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
+            await self._body_send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
         self._seen = self._written

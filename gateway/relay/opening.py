@@ -44,7 +44,6 @@ async def open_watching(open_stream: Callable[[], Awaitable[EngineStream]], chan
             task.uncancel()
         stream.close()
         return None
-    refusal = await stream.refusal()
-    if refusal is not None:
-        raise refusal
+    if stream.status >= 400:
+        raise await stream.refusal()
     return stream

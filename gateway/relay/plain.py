@@ -55,7 +55,7 @@ class PlainStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call, ctx = self.call, self.ctx
-        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds)
+        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, scope=scope)
         try:
             stream = await open_watching(ctx.opener(call), channel, scope)
         except GatewayError as error:
@@ -68,7 +68,7 @@ class PlainStreamResponse(Response):
             raise
         if stream is None:
             channel.stop_watching()
-            ctx.metrics.streams_ended.labels("client_disconnect").inc()
+            ctx.metrics.stream_ended("client_disconnect")
             return
         tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None)
         channel.on_leave(stream.close)  # the engine aborts the generation

@@ -39,7 +39,7 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
     complete = SSEFramer().complete
     accept = tracker.accept
     write = sink.write
-    read = stream.read
+    read = stream.readany
     try:
         while chunk := await read():
             block = complete(chunk)
@@ -52,6 +52,8 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
                 return None
     except GatewayError as failure:
         return failure
+    except stream.errors as exc:
+        return stream.failure(exc)
     return None
 
 
@@ -63,7 +65,7 @@ def joined(events: list[bytes]) -> bytes:
 async def settle(result: StreamResult, *, metrics: Metrics, key_id: str, on_complete: CompletionHook | None,
                  context: dict | None = None) -> None:
     """Account for a finished stream (how it ended, tokens per key) and run the caller's hook."""
-    metrics.streams_ended.labels(result.how).inc()
+    metrics.stream_ended(result.how)
     metrics.count_usage(key_id, result.counted_usage())
     if on_complete is not None:
         try:

@@ -44,7 +44,7 @@ class RelayJSONResponse(Response):
                                                            request_id=ctx.request_id, route=self.route)
         except asyncio.CancelledError:
             if watcher.disconnected and task.uncancel() == 0:
-                ctx.metrics.streams_ended.labels("client_disconnect").inc()
+                ctx.metrics.stream_ended("client_disconnect")
                 return  # the client left: the engine request is closed, vLLM aborts
             raise
         except GatewayError as error:
@@ -56,7 +56,7 @@ class RelayJSONResponse(Response):
         if watcher.disconnected:  # it left just as the engine answered: take back its cancel request
             while task.cancelling():
                 task.uncancel()
-            ctx.metrics.streams_ended.labels("client_disconnect").inc()
+            ctx.metrics.stream_ended("client_disconnect")
             return
         if status >= 400:
             if status >= 500:

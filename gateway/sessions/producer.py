@@ -105,7 +105,7 @@ class GenerationResponse(Response):
 
         failure: GatewayError | None = None
         stream = None
-        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds)
+        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, scope=scope)
         try:
             try:
                 stream = await open_watching(ctx.opener(call), channel, scope,

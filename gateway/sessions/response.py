@@ -35,7 +35,7 @@ class FollowerResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         feed = self.feed
-        channel = ClientChannel(send, receive, keepalive_seconds=self.keepalive_seconds)
+        channel = ClientChannel(send, receive, keepalive_seconds=self.keepalive_seconds, scope=scope)
         channel.on_leave(feed.interrupt)
         tail = b""
         try:

@@ -81,7 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health_router)
     app.include_router(openai_router)
-    for feature in _features():
+    features = _features()
+    for feature in features:
         app.include_router(feature.router)
     admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
     metrics.inflight.set_function(lambda: admission.inflight)
@@ -95,14 +96,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         access_log=settings.access_log,
         fast_paths=frozenset(FAST_PATHS),
         serve_fast=serve_fast,
+        public_paths=frozenset().union(*(getattr(f, "PUBLIC_PATHS", ()) for f in features)),
     )
     return app
 
 
 def _features() -> list:
-    """Feature packages, each exposing ``router``, ``start(app, settings)`` and ``stop(app)``."""
+    """Feature packages, each exposing ``router``, ``start(app, settings)`` and ``stop(app)``.
+
+    A feature may also expose ``PUBLIC_PATHS``: exact paths it serves without an API key.
+    """
     from gateway.codegen import feature as codegen
     from gateway.streams import feature as streams
     from marketplace import feature as marketplace
+    from playground import feature as playground
 
-    return [streams, codegen, marketplace]
+    return [streams, codegen, marketplace, playground]

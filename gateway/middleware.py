@@ -46,13 +46,16 @@ class GatewayMiddleware:
         access_log: bool = True,
         fast_paths: frozenset[str] = frozenset(),
         serve_fast=None,
+        public_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.keyring = keyring
         self.admission = admission
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.public = ALWAYS_PUBLIC if metrics_require_auth else ALWAYS_PUBLIC | {"/metrics"}
+        # ``public_paths``: exact paths features serve without a key (the playground's files).
+        public = ALWAYS_PUBLIC | public_paths
+        self.public = public if metrics_require_auth else public | {"/metrics"}
         self.access_log = access_log
         # POST routes served without FastAPI's router (see gateway/openai/fastpath.py).
         self.fast_paths = fast_paths

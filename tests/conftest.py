@@ -2,7 +2,8 @@
 
 Fixtures that start real services (tests/fixtures/): ``vllm_engine`` / ``idle_vllm_engine``
 (a real vLLM engine), ``postgres_server`` / ``postgres_dsn`` / ``postgres_database_url`` (a real
-PostgreSQL), and ``tests.fixtures.servers.run_uvicorn`` (the app under real uvicorn).
+PostgreSQL), ``browser`` (a real headless Chromium) and ``tests.fixtures.servers.run_uvicorn``
+(the app under real uvicorn).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import pytest
 from tests.support.fake_engine import FakeEngine, running_fake_engine
 
 pytest_plugins = [
-    "tests.fixtures.servers",  # first: the other two import it
+    "tests.fixtures.servers",  # first: the others import it
     "tests.fixtures.engine",
     "tests.fixtures.postgres",
+    "tests.fixtures.browser",
 ]
 
 # A test that uses one of these fixtures needs a real service, so it belongs to the
@@ -27,6 +29,7 @@ SERVICE_FIXTURES = {
     "postgres_server": "postgres",
     "postgres_dsn": "postgres",
     "postgres_database_url": "postgres",
+    "browser": "browser",
 }
 
 

@@ -1,8 +1,8 @@
 // Every call to the gateway: the key as a header, errors turned into messages people can act on.
 //
 // A refusal (401, 403, 429) is also announced on `document` as a "gateway:refused" event, so
-// the page shows it in one place and opens the key form on a 401; any accepted answer sends
-// "gateway:accepted", which clears that notice.
+// the page shows it in one place and opens the key form on a 401; an accepted answer of a route
+// that needs the key sends "gateway:accepted", which clears that notice.
 
 import { getKey } from "./keys.js";
 
@@ -45,7 +45,8 @@ export async function request(path, { method = "GET", json, headers = {}, signal
     if (error.name === "AbortError") throw error;
     throw new ApiError(0, "The gateway could not be reached (network error): is it still running?");
   }
-  if (response.ok) document.dispatchEvent(new CustomEvent("gateway:accepted"));
+  // /health needs no key, so its answer says nothing about the key.
+  if (response.ok && path !== "/health") document.dispatchEvent(new CustomEvent("gateway:accepted"));
   return response;
 }
 

@@ -37,7 +37,7 @@ document.addEventListener("gateway:refused", (event) => {
   if (status === 401) showKeyPanel(true, { focus: true });
 });
 document.addEventListener("gateway:accepted", () => {
-  if (!notice.hidden && notice.dataset.status === "401") notice.hidden = true;
+  notice.hidden = true;
 });
 
 async function checkHealth() {

@@ -87,7 +87,7 @@ export function initMarket() {
   async function settlePlace() {
     clearTimeout(typing);
     const text = placeInput.value.trim();
-    if (!text) return choose(null);
+    if (!text) return chosen?.from === "browser" ? undefined : choose(null);  // the field is empty for a location
     if (suggested.has(placeInput.value)) return choose(suggested.get(placeInput.value));
     if (chosen && chosen.label === placeInput.value) return undefined;
     try {

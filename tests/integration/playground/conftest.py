@@ -23,6 +23,7 @@ from playwright.async_api import BrowserContext, Page, Request, expect
 from gateway.app import create_app
 from gateway.config import Settings
 from tests.fixtures.servers import run_uvicorn, serve_uvicorn
+from tests.support.fake_engine import running_fake_engine
 
 READ_KEY = "sk-playground-read-7f3a9c"
 ADMIN_KEY = "sk-playground-admin-41d2e8"
@@ -139,7 +140,7 @@ async def open_playground(browser) -> AsyncIterator:
     visits: list[Visit] = []
 
     async def open_(gateway: Gateway, *, key: str | None = ADMIN_KEY, **context_options) -> Visit:
-        context = await browser.new_context(viewport={"width": 1280, "height": 900}, **context_options)
+        context = await browser.new_context(**({"viewport": {"width": 1280, "height": 900}} | context_options))
         context.set_default_timeout(WAIT)
         visit = Visit(context=context, page=await context.new_page(), gateway=gateway)
         await context.expose_binding("__reportViolation", lambda source, text: visit.violations.append(text))
@@ -163,3 +164,18 @@ def number_in(text: str, label: str) -> float:
     match = re.search(rf"{re.escape(label)} ([0-9][0-9,.]*)", text)
     assert match, f"no {label!r} figure in {text!r}"
     return float(match.group(1).replace(",", ""))
+
+
+@pytest.fixture
+async def fake_engine_gateway(tmp_path):
+    """The page on a gateway in front of the fake engine (tests/support): for what needs no real model.
+
+    Its streams are slow (a chunk every 50 ms) so a test can act while one is in flight, and
+    each key may have one request in flight (MAX_INFLIGHT_PER_KEY=1), so a second is a 429.
+    """
+    async with running_fake_engine(models=["fake-model"], chunk_delay=0.05) as engine:
+        settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path,
+                                       seed_demo_data=False, max_inflight_per_key=1)
+        async with aserve_playground(settings) as gateway:
+            gateway.engine = engine
+            yield gateway

@@ -117,3 +117,22 @@ async def test_at_phone_width_nothing_scrolls_sideways_and_the_keyboard_reaches_
     assert await page.evaluate(overflow) <= 0
     await visit.screenshot("playground-phone")
     visit.check_clean(ADMIN_KEY, READ_KEY)
+
+
+async def test_an_engine_failure_mid_stream_ends_the_answer_as_failed_keeping_its_text(
+    fake_engine_gateway, open_playground
+):
+    fake_engine_gateway.engine.mode = "break_mid_stream"  # the engine drops the connection half-way
+    visit = await open_playground(fake_engine_gateway, key=READ_KEY)
+    page = visit.page
+    await page.fill("#chat-max-tokens", "20")
+    await page.fill("#chat-input", "Hello")
+    await page.click("#chat-send")
+    answer = page.locator("#chat-transcript li.msg.assistant").last
+    await expect(answer).to_have_attribute("data-ending", "failed", timeout=WAIT)
+    await expect(answer.locator(".badge")).to_have_text("failed")
+    await expect(answer.locator(".text")).to_have_text(" ".join(f"t{i}" for i in range(10)) + " ")
+    await expect(answer).to_contain_text("Error from the gateway:")
+    await expect(page.locator("#chat-status")).to_have_text("The answer ended with an error.")
+    await expect(page.locator("#chat-send")).to_be_enabled()
+    visit.check_clean(ADMIN_KEY, READ_KEY)

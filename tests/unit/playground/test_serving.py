@@ -60,9 +60,8 @@ async def playground_app(fake_engine, tmp_path, **settings) -> AsyncIterator[htt
 
 
 @pytest.fixture
-async def client(fake_engine, tmp_path, monkeypatch) -> AsyncIterator[httpx.AsyncClient]:
-    """A gateway with an API key, on loopback, PLAYGROUND unset (auto)."""
-    monkeypatch.delenv("PLAYGROUND", raising=False)
+async def client(fake_engine, tmp_path) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway with an API key, on loopback, PLAYGROUND unset (auto: see conftest.py)."""
     async with playground_app(fake_engine, tmp_path, api_keys=[KEY]) as client:
         yield client
 
@@ -149,9 +148,7 @@ async def test_only_the_page_is_public_the_api_still_needs_the_key(client):
     ],
 )
 async def test_the_setting_decides_whether_the_page_is_served(fake_engine, tmp_path, monkeypatch, value, host, served):
-    if value is None:
-        monkeypatch.delenv("PLAYGROUND", raising=False)
-    else:
+    if value is not None:
         monkeypatch.setenv("PLAYGROUND", value)
     # A key is configured, so the gateway keeps a non-loopback host instead of refusing it.
     async with playground_app(fake_engine, tmp_path, api_keys=[KEY], host=host) as client:

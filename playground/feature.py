@@ -20,7 +20,8 @@ async def start(app: FastAPI, settings: Settings) -> None:
     """Read ``PLAYGROUND``; when the page is served, keep its files on ``app.state.playground``."""
     if PlaygroundSettings().serves_page(host=settings.host):
         app.state.playground = load_assets()
-        log.info("playground page served", extra={"url": f"http://{settings.host}:{settings.port}{BASE_PATH}/"})
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host  # an IPv6 literal
+        log.info("playground page served", extra={"url": f"http://{host}:{settings.port}{BASE_PATH}/"})
     else:
         app.state.playground = None
 

@@ -237,6 +237,7 @@ export function initChat() {
     else live.resumes += 1;
     live.opened = true;
     updateButtons();
+    let announced = !first;
     if (!first) setStatus(status, "Resumed: following the answer where it was.");
     let done = false;
     try {
@@ -253,7 +254,10 @@ export function initChat() {
           liveText.textContent = live.text;
           if (following) transcript.scrollTop = transcript.scrollHeight;  // keep the end in view
         }
-        if (live.firstTokenAt && !live.finishReason) setStatus(status, "Streaming…");
+        if (live.firstTokenAt && !announced && !live.finishReason) {
+          announced = true;  // once: a later message (a refused Stop) must stay readable
+          setStatus(status, "Streaming…");
+        }
         if (done) break;
       }
     } catch (error) {

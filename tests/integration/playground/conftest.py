@@ -29,6 +29,7 @@ READ_KEY = "sk-playground-read-7f3a9c"
 ADMIN_KEY = "sk-playground-admin-41d2e8"
 SCREENSHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
 WAIT = 90_000  # ms: the outcome a test waits for can take this long on a loaded 2-core machine
+expect.set_options(timeout=WAIT)  # every expect(...) waits up to WAIT for its outcome (default: 5 s)
 
 # Chromium reports every violation of the page's policy to this binding, on every page load.
 REPORT_VIOLATIONS = """
@@ -114,6 +115,15 @@ class Visit:
         await self.page.fill("#key-input", key)
         await self.page.click("#key-form button[type=submit]")
         await expect(self.page.locator("#key-panel")).to_be_hidden(timeout=WAIT)
+
+    async def throttle(self, bytes_per_second: int) -> None:
+        """Slow the browser's downloads (DevTools network emulation), so a stream reaches the page
+        over seconds: on a busy CPU-only machine Chromium can otherwise receive a whole answer
+        in one read, leaving nothing to watch grow or to reload in the middle of."""
+        cdp = await self.context.new_cdp_session(self.page)
+        await cdp.send("Network.enable")
+        await cdp.send("Network.emulateNetworkConditions", {
+            "offline": False, "latency": 0, "downloadThroughput": bytes_per_second, "uploadThroughput": -1})
 
     async def tab(self, name: str) -> None:
         await self.page.click(f"#tab-{name}")

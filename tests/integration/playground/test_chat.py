@@ -18,6 +18,7 @@ from tests.unit.streams.sse_client import content_of, read_stream
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 GENERATED = "vllm:generation_tokens_total"
+THROTTLE = 60_000  # bytes/s into the browser: 1,500 tokens of SSE (~400 KB) take about 7 s to arrive
 
 
 async def start_answer(visit, *, max_tokens: int, message: str = "Tell me a long story about a lighthouse.") -> None:
@@ -55,6 +56,7 @@ async def test_the_answer_streams_in_and_shows_its_figures(playground_gateway, o
     added_headers: list[str] = []
     page.on("response", lambda r: added_headers.append(r.headers.get("x-gateway-added-ms"))
             if r.request.method == "POST" and r.url.endswith("/v1/chat/completions") else None)
+    await visit.throttle(THROTTLE)
     await start_answer(visit, max_tokens=1500)
 
     # Watch the answer while it streams: it must be seen growing, each view a prefix of the next.
@@ -117,13 +119,18 @@ async def test_stop_cancels_the_generation_inside_vllm(playground_gateway, open_
 async def test_a_reload_mid_stream_continues_where_it_was(playground_gateway, open_playground):
     visit = await open_playground(playground_gateway)
     page = visit.page
-    await start_answer(visit, max_tokens=6000)  # many seconds of generation: the reload lands inside it
+    await visit.throttle(THROTTLE)  # the answer arrives over seconds: the reload lands inside it
+    await start_answer(visit, max_tokens=1500)
     answer = last_answer(page)
     await expect(answer).to_have_attribute("data-ending", "streaming")
-    await expect(answer.locator(".text")).not_to_have_text("", timeout=WAIT)
-    saved = await page.evaluate("JSON.parse(sessionStorage.getItem('stack-playground.chat')).live")
+    saved = None
+    deadline = time.monotonic() + WAIT / 1000
+    while saved is None or saved["lastEventId"] is None or not saved["text"]:  # some text received and saved
+        saved = await page.evaluate("JSON.parse(sessionStorage.getItem('stack-playground.chat')).live")
+        assert saved is not None, "the answer ended before the reload"
+        assert time.monotonic() < deadline, "no event arrived"
+        await asyncio.sleep(0.05)
     before_reload = await answer.locator(".text").text_content()
-    assert saved is not None, "the answer ended before the reload"
     assert saved["lastEventId"].startswith(f"{saved['sessionId']}:")
 
     await page.reload()
@@ -141,5 +148,5 @@ async def test_a_reload_mid_stream_continues_where_it_was(playground_gateway, op
     assert resumed_after.startswith(f"{saved['sessionId']}:") and int(resumed_after.rpartition(":")[2]) >= 0
     assert final.startswith(before_reload)
     assert final == await session_text(playground_gateway, saved["sessionId"])
-    assert "6000 tokens" in stats and "resumed 1×" in stats
+    assert "1500 tokens" in stats and "resumed 1×" in stats
     visit.check_clean(ADMIN_KEY, READ_KEY)

@@ -9,6 +9,9 @@
 //   sends exactly the events after it, so no text is repeated or missing.
 // - Stop calls POST /v1/cancel/{id}; vLLM aborts the generation and the stream ends with a
 //   chunk whose finish_reason is "cancelled", then [DONE]: the answer is marked stopped.
+// - A gateway without sessions (SESSION_STORE=off) refuses a session_id: the page then asks
+//   without one, Stop closes the connection (the gateway then aborts the generation), and a
+//   reload cannot bring the answer back, which the page says.
 
 import { failure, gatewayAddedMs, request, requestJson } from "./api.js";
 import { byId, clear, el, setStatus } from "./dom.js";
@@ -21,6 +24,7 @@ const SETTINGS_KEY = "stack-playground.chat-settings";  // localStorage: the for
 const AUTO_RESUMES = 3;  // reconnections after a dropped stream before asking the user
 // Body fields the page writes itself; the rest can be added as extra fields (vLLM's top_k,
 // seed, stop, ignore_eos, ...), which the gateway forwards untouched.
+const SESSIONS_OFF = Symbol("the gateway keeps no sessions");
 const PAGE_FIELDS = ["model", "messages", "stream", "stream_options", "session_id", "temperature", "max_tokens"];
 
 const endings = {
@@ -50,6 +54,8 @@ export function initChat() {
   let reading = false;  // a stream (or a resume) is being read right now
   let leaving = false;  // the page is being unloaded: a broken read is not an error
   let liveText = null;  // the text node of the answer being streamed
+  let sessionsOff = false;  // the gateway said it keeps no sessions (SESSION_STORE=off)
+  let connection = null;  // AbortController of the response being read
 
   const saved = readJson("local", SETTINGS_KEY, {});
   if (typeof saved.system === "string") system.value = saved.system;
@@ -185,17 +191,17 @@ export function initChat() {
     const history = state.messages.filter((m) => m.content).map(({ role, content: text }) => ({ role, content: text }));
     const messages = system.value.trim() ? [{ role: "system", content: system.value.trim() }] : [];
     messages.push(...history, { role: "user", content });
-    const sessionId = newSessionId();
+    const sessionId = sessionsOff ? null : newSessionId();
     const body = {
       ...values.fields,
       model: model.value,
       messages,
       stream: true,
       stream_options: { include_usage: true },
-      session_id: sessionId,
       temperature: values.temperature,
       max_tokens: values.maxTokens,
     };
+    if (sessionId) body.session_id = sessionId;
     state.messages.push({ role: "user", content });
     state.live = {
       sessionId, lastEventId: null, text: "", startedAt: Date.now(), firstTokenAt: null, lastTokenAt: null,
@@ -205,7 +211,14 @@ export function initChat() {
     save();
     render();
     setStatus(status, "Waiting for the first token…");
-    await follow((signal) => request("/v1/chat/completions", { method: "POST", json: body, signal }), { first: true });
+    const post = (signal) => request("/v1/chat/completions", { method: "POST", json: body, signal });
+    if ((await follow(post, { first: true })) === SESSIONS_OFF) {
+      sessionsOff = true;
+      delete body.session_id;
+      state.live.sessionId = null;
+      save();
+      await follow(post, { first: true });
+    }
   }
 
   function resumeRequest(live) {
@@ -219,8 +232,9 @@ export function initChat() {
     reading = true;
     updateButtons();
     let response;
+    connection = new AbortController();
     try {
-      response = await open();
+      response = await open(connection.signal);
     } catch (error) {
       reading = false;
       return leaving ? undefined : refused(error, { first });
@@ -231,7 +245,12 @@ export function initChat() {
     }
     if (!response.ok) {
       reading = false;
-      return refused(await failure(response), { first });
+      const error = await failure(response);
+      if (first && !live.opened && live.sessionId && error.status === 400 && error.field === "session_id"
+          && error.message.includes("SESSION_STORE=off")) {
+        return SESSIONS_OFF;  // ask again without a session id
+      }
+      return refused(error, { first });
     }
     if (first) live.addedMs = gatewayAddedMs(response);
     else live.resumes += 1;
@@ -256,12 +275,18 @@ export function initChat() {
         }
         if (live.firstTokenAt && !announced && !live.finishReason) {
           announced = true;  // once: a later message (a refused Stop) must stay readable
-          setStatus(status, "Streaming…");
+          setStatus(status, live.sessionId ? "Streaming…"
+            : "Streaming… (this gateway keeps no resumable sessions, SESSION_STORE=off: a reload loses the answer)");
         }
         if (done) break;
       }
     } catch (error) {
       if (leaving) return undefined;
+      if (live.stoppedByClosing) {  // no session to cancel: Stop closed the connection
+        reading = false;
+        live.finishReason = "cancelled";
+        return finish();
+      }
     }
     reading = false;
     if (done) return finish();
@@ -361,6 +386,11 @@ export function initChat() {
     if (!live) return;
     stopButton.disabled = true;
     setStatus(status, "Stopping…");
+    if (!live.sessionId) {
+      live.stoppedByClosing = true;
+      connection?.abort();
+      return;
+    }
     try {
       const { data } = await requestJson(`/v1/cancel/${encodeURIComponent(live.sessionId)}`, { method: "POST" });
       if (!data.cancelled) setStatus(status, `The generation had already ended (${data.status ?? "ended"}).`);
@@ -402,7 +432,15 @@ export function initChat() {
     loadModels,
     // After a reload in the middle of a stream: continue it from the last saved event.
     resumeIfLive() {
-      if (state.live && !reading) {
+      if (state.live && !state.live.sessionId && !reading) {
+        state.messages.push({
+          role: "assistant", content: state.live.text, ending: "interrupted", stats: null,
+          error: "This gateway keeps no resumable sessions (SESSION_STORE=off): the answer stopped at the reload.",
+        });
+        state.live = null;
+        save();
+        render();
+      } else if (state.live && !reading) {
         setStatus(status, "Resuming the answer that was streaming…");
         follow(resumeRequest(state.live));
       }

@@ -7,10 +7,13 @@ At phone width nothing scrolls sideways; every control has a name and works from
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from playwright.async_api import expect
 
-from tests.integration.playground.conftest import ADMIN_KEY, READ_KEY, WAIT
+from tests.integration.playground.conftest import ADMIN_KEY, READ_KEY, WAIT, aserve_playground, playground_settings
+from tests.support.fake_engine import running_fake_engine
 
 KEY_STORE = "stack-playground.api-key"
 
@@ -135,4 +138,43 @@ async def test_an_engine_failure_mid_stream_ends_the_answer_as_failed_keeping_it
     await expect(answer).to_contain_text("Error from the gateway:")
     await expect(page.locator("#chat-status")).to_have_text("The answer ended with an error.")
     await expect(page.locator("#chat-send")).to_be_enabled()
+    visit.check_clean(ADMIN_KEY, READ_KEY)
+
+
+@pytest.fixture
+async def sessionless_gateway(tmp_path):
+    """The page on a gateway that keeps no sessions (SESSION_STORE=off), before the fake engine."""
+    async with running_fake_engine(models=["fake-model"], chunk_delay=0.05) as engine:
+        settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path,
+                                       seed_demo_data=False, session_store="off")
+        async with aserve_playground(settings) as gateway:
+            gateway.engine = engine
+            yield gateway
+
+
+async def test_without_sessions_the_chat_still_streams_and_stop_closes_the_connection(
+    sessionless_gateway, open_playground
+):
+    visit = await open_playground(sessionless_gateway, key=READ_KEY)
+    page = visit.page
+    await page.fill("#chat-max-tokens", "5")
+    await page.fill("#chat-input", "Hello")
+    await page.click("#chat-send")
+    first = page.locator("#chat-transcript li.msg.assistant").last
+    await expect(first).to_have_attribute("data-ending", "completed")
+    await expect(first.locator(".text")).to_have_text("t0 t1 t2 t3 t4 ")
+
+    engine = sessionless_gateway.engine
+    await page.fill("#chat-max-tokens", "400")  # 20 s of chunks: only closing the connection ends it early
+    await page.fill("#chat-input", "Again")
+    await page.click("#chat-send")
+    second = page.locator("#chat-transcript li.msg.assistant").last
+    await expect(page.locator("#chat-status")).to_contain_text("SESSION_STORE=off")
+    await page.click("#chat-stop")
+    await expect(second).to_have_attribute("data-ending", "stopped")
+    await asyncio.wait_for(engine.stream_aborted.wait(), timeout=WAIT / 1000)  # the gateway closed upstream
+    posts = [r.post_data_json for r in visit.requests if r.url.endswith("/v1/chat/completions")]
+    # The first ask named a session and was refused (400); every ask after it names none.
+    assert "session_id" in posts[0] and all("session_id" not in body for body in posts[1:])
+    assert len(posts) == 3
     visit.check_clean(ADMIN_KEY, READ_KEY)

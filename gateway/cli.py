@@ -12,7 +12,7 @@ import logging
 import uvicorn
 
 from gateway.config import Settings
-from gateway.logs import configure_logging
+from gateway.http.logs import configure_logging
 
 log = logging.getLogger("gateway.cli")
 
@@ -44,7 +44,7 @@ def main() -> None:
         # middleware uvicorn adds for it costs time on every request.
         proxy_headers=False,
         server_header=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
     )
 
 

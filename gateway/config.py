@@ -1,18 +1,18 @@
-"""Gateway settings: one object, read from the environment, kept on app.state.
+"""Gateway settings: one object, read from the environment, given to everything at assembly.
 
 Every field maps to an environment variable of the same name in upper case
-(``vllm_base_url`` <- ``VLLM_BASE_URL``). The README's configuration table
-lists them all; a test checks that compose.yaml only sets variables read here.
+(``vllm_base_url`` <- ``VLLM_BASE_URL``). Features keep their own settings classes (see
+``gateway.api.Feature``). The README's configuration table lists them all; a test checks
+that compose.yaml only sets variables the gateway or a feature reads.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     reload: bool = False
     workers: int = Field(1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How long a stopping gateway lets open requests finish; live streams get their explicit
+    # ending a second before it runs out (sessions without a client at once).
+    graceful_shutdown_seconds: float = Field(10.0, ge=1)
     access_log: bool = True  # one JSON line per request (never per chunk)
 
     # --- the engine --------------------------------------------------------
@@ -78,15 +81,24 @@ class Settings(BaseSettings):
     # replica stayed silent longer is ended (error event + [DONE]) by whoever
     # notices: after a crash, resuming clients wait at most this long.
     session_lease_seconds: float = Field(15.0, gt=0)
-    # SESSION_STORE=memory only: finished sessions kept resumable in memory
-    # (the oldest beyond this are forgotten). Persistent stores keep none.
+    # SESSION_STORE=memory only: finished sessions kept resumable in memory, per API key
+    # (a key's oldest beyond this are forgotten). Persistent stores keep none.
     session_memory_max_finished: int = Field(512, ge=0)
+    # Live generations per API key, including those that run on after their client left
+    # (429 beyond). Empty: MAX_INFLIGHT_PER_KEY.
+    max_live_sessions_per_key: int | None = Field(None, ge=1)
+    # Bytes of events not yet persisted (a store that is down or slow) beyond which new
+    # streams are refused (503) until the store catches up; memory stays bounded.
+    session_max_unpersisted_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
-    # --- marketplace ----------------------------------------------------------
+    # --- the gateway's database and its features --------------------------------
+    # The session store's database unless SESSIONS_DATABASE_URL says otherwise; features
+    # that keep data use it too unless their own setting names another.
     database_url: str = "sqlite+aiosqlite:///./data/stack.db"
-    seed_demo_data: bool = False
+    # Which installed features run: "all", "none", or names (e.g. "marketplace").
+    features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "admin_api_keys", mode="before")
+    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)

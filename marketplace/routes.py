@@ -13,10 +13,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
-from gateway.auth import PrincipalDep, WriterDep
+from gateway.api import PrincipalDep, WriterDep, request_id
 from marketplace import catalog, chat, conversations, users
-from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.errors import invalid_field
+from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
@@ -161,20 +161,20 @@ async def get_user(user_id: Id, _: PrincipalDep, session: SessionDep) -> UserOut
 
 
 @router.post("/chat", response_model=ChatOut)
-async def chat_message(body: ChatRequest, principal: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
+async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
     """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
-    state = request.app.state
+    gateway = mp.gateway
     options = dict(
-        session_factory=mp.sessions,
+        session_factory=mp.db_sessions,
         gazetteer=mp.gazetteer,
         request=body,
-        model=state.engine.default_model,
-        max_tokens=state.settings.default_max_tokens,
-        temperature=state.settings.default_temperature,
+        model=gateway.default_model,
+        max_tokens=gateway.settings.default_max_tokens,
+        temperature=gateway.settings.default_temperature,
     )
     if body.stream:
-        return await stream_chat(http_request=request, principal=principal, **options)
-    outcome = await chat.chat(upstream=state.upstream, request_id=request.scope["state"].get("request_id"), **options)
+        return await stream_chat(gateway=gateway, http_request=request, **options)
+    outcome = await chat.chat(upstream=gateway, request_id=request_id(request), **options)
     return ChatOut(
         answer=outcome.answer.text,
         products=[hit_out(hit) for hit in outcome.plan.hits],

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.api import SESSION_ID_MAX, SESSION_ID_RULE, is_valid_session_id
 from marketplace import geo
 from marketplace.categories import CATEGORIES
 from marketplace.models import (
@@ -31,7 +32,6 @@ from marketplace.models import (
     DESCRIPTION_MAX,
     EMAIL_MAX,
     NAME_MAX,
-    SESSION_ID_MAX,
     TAG_MAX,
     TAGS_MAX,
 )
@@ -45,7 +45,6 @@ PAGE_LIMIT_MAX = 100
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in both databases
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_SESSION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
 Price = Annotated[StrictInt, Field(ge=0, le=PRICE_MAX)]
@@ -370,8 +369,8 @@ class ChatRequest(Input):
     @field_validator("session_id")
     @classmethod
     def _session_id(cls, value: str | None) -> str | None:
-        if value is not None and not _SESSION_ID.match(value):
-            raise ValueError("session_id may contain only letters, digits, '-', '_' and '.'")
+        if value is not None and not is_valid_session_id(value):
+            raise ValueError(f"session_id {SESSION_ID_RULE}")
         return value
 
 

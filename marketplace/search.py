@@ -16,8 +16,8 @@ Semantics
   a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
   with ``earth_box(ll_to_earth(...)) @> ll_to_earth(lat, lng)`` on a GiST
   index, then the migration's ``geodesic_km`` (the same Vincenty formula in
-  PL/pgSQL). Vincenty agrees with geopy's geodesic to far below a millimetre. Each supplier's distance is computed once (a
-  materialised CTE), not once per product. Both databases compute the distance
+  PL/pgSQL). Vincenty agrees with geopy's geodesic to far below a millimetre. Each
+  supplier's distance is computed once (a materialised CTE), not once per product. Both databases compute the distance
   with the same formula (``marketplace.geodesy``).
 
 Fallback (when a search finds nothing, unless disabled): see ``_attempts``.

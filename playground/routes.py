@@ -27,8 +27,9 @@ router = APIRouter(include_in_schema=False)
 
 
 async def get_assets(request: Request) -> dict[str, Asset]:
-    assets = getattr(request.app.state, "playground", None)
-    if assets is None:  # turned off, or the feature was not started
+    feature = getattr(request.app.state, "playground", None)
+    assets = getattr(feature, "assets", None)
+    if assets is None:  # turned off, or the feature is not started
         raise HTTPException(404, "Not Found")
     return assets
 

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gateway.config import is_loopback
+from gateway.api import is_loopback
 
 _SYNONYMS = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 

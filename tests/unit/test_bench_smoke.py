@@ -64,7 +64,7 @@ async def test_interleaved_rounds_produce_the_reported_structure(upstream_url, t
         order = []
         raw = await measure_interleaved(targets=targets, scenario=scenario, model="fake-model",
                                         rounds=2, duration=0.1, warmup=0,
-                                        on_round=lambda i, name, _: order.append((i, name)))
+                                        on_round=lambda i, name, _, order=order: order.append((i, name)))
         assert order == [(0, DIRECT), (0, "off"), (1, DIRECT), (1, "off")]
         scenarios[scenario.key] = {"scenario": {**scenario.__dict__, "mode": scenario.mode},
                                    "targets": summarise_scenario(raw)}

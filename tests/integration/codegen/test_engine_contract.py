@@ -17,7 +17,7 @@ import orjson
 import pytest
 import requests
 
-from gateway.codegen.extract import extract_code
+from gateway.protocols.codegen.extract import extract_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 

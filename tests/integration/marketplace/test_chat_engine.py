@@ -40,7 +40,7 @@ async def engine_app(tmp_path, vllm_engine):
         default_temperature=0.0,
     )
     async with running_app(settings) as client:
-        upstream = client.app.state.upstream
+        upstream = client.app.state.gateway.engines
         sent: list[dict] = []
         post_json = upstream.post_json
 

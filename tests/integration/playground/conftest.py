@@ -1,7 +1,7 @@
 """The playground in a real Chromium, served by a real gateway (uvicorn) on the real vLLM engine.
 
 ``playground_gateway`` (one per module): the gateway with a read key and an admin key, the
-demo catalogue seeded into SQLite, resumable sessions on SQLite, PLAYGROUND=on.
+demo catalogue seeded into SQLite, resumable sessions on SQLite, the page on.
 ``open_playground`` opens the page in a fresh browser context, enters the key through the
 page's own key form (as a visitor would), and records what the browser saw: CSP violations,
 uncaught errors and every request, so each test can also check that nothing broke the policy
@@ -22,6 +22,10 @@ from playwright.async_api import BrowserContext, Page, Request, expect
 
 from gateway.app import create_app
 from gateway.config import Settings
+from marketplace.feature import MarketplaceFeature
+from marketplace.settings import MarketplaceSettings
+from playground.feature import PlaygroundFeature
+from playground.settings import PlaygroundSettings
 from tests.fixtures.servers import run_uvicorn, serve_uvicorn
 from tests.support.fake_engine import running_fake_engine
 
@@ -59,7 +63,6 @@ def playground_settings(*, engine_url: str, engine_key: str | None, tmp: Path, *
         api_keys=[READ_KEY],
         admin_api_keys=[ADMIN_KEY],
         database_url=f"sqlite+aiosqlite:///{tmp}/playground.db",
-        seed_demo_data=True,
         session_store="sqlite",
         access_log=False,
         engine_poll_interval=60,
@@ -69,25 +72,30 @@ def playground_settings(*, engine_url: str, engine_key: str | None, tmp: Path, *
     return Settings(**values)
 
 
+def playground_app(settings: Settings, *, seed_demo_data: bool):
+    """The gateway with the marketplace (demo catalogue seeded, or not) and the page on,
+    whatever PLAYGROUND and SEED_DEMO_DATA say in this environment."""
+    return create_app(settings, features={
+        "marketplace": lambda gateway: MarketplaceFeature(gateway, MarketplaceSettings(seed_demo_data=seed_demo_data)),
+        "playground": lambda gateway: PlaygroundFeature(gateway, PlaygroundSettings(playground="on")),
+    })
+
+
 @contextlib.contextmanager
-def serve_playground(settings: Settings):
-    """The gateway under uvicorn with the page on (whatever PLAYGROUND says in this environment)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PLAYGROUND", "on")
-        app = create_app(settings)
-        with run_uvicorn(app) as base_url:
-            yield Gateway(base_url, app)
+def serve_playground(settings: Settings, *, seed_demo_data: bool = True):
+    """The gateway under uvicorn, with the page."""
+    app = playground_app(settings, seed_demo_data=seed_demo_data)
+    with run_uvicorn(app) as base_url:
+        yield Gateway(base_url, app)
 
 
 @contextlib.asynccontextmanager
-async def aserve_playground(settings: Settings) -> AsyncIterator[Gateway]:
+async def aserve_playground(settings: Settings, *, seed_demo_data: bool = False) -> AsyncIterator[Gateway]:
     """``serve_playground`` from an async test: start-up waits happen off the test's event loop
     (where a fake engine the gateway calls at start-up may be running)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PLAYGROUND", "on")
-        app = create_app(settings)
-        async with serve_uvicorn(app) as base_url:
-            yield Gateway(base_url, app)
+    app = playground_app(settings, seed_demo_data=seed_demo_data)
+    async with serve_uvicorn(app) as base_url:
+        yield Gateway(base_url, app)
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +193,7 @@ async def fake_engine_gateway(tmp_path):
     """
     async with running_fake_engine(models=["fake-model"], chunk_delay=0.05) as engine:
         settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path,
-                                       seed_demo_data=False, max_inflight_per_key=1)
+                                       max_inflight_per_key=1)
         async with aserve_playground(settings) as gateway:
             gateway.engine = engine
             yield gateway

@@ -19,7 +19,7 @@ from tests.integration.playground.fenced_engine import (
 async def fenced_gateway(tmp_path):
     engine = await FencedEngine().start()
     try:
-        settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path, seed_demo_data=False)
+        settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path)
         async with aserve_playground(settings) as gateway:
             gateway.engine = engine
             yield gateway

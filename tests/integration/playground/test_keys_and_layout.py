@@ -146,7 +146,7 @@ async def sessionless_gateway(tmp_path):
     """The page on a gateway that keeps no sessions (SESSION_STORE=off), before the fake engine."""
     async with running_fake_engine(models=["fake-model"], chunk_delay=0.05) as engine:
         settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path,
-                                       seed_demo_data=False, session_store="off")
+                                       session_store="off")
         async with aserve_playground(settings) as gateway:
             gateway.engine = engine
             yield gateway

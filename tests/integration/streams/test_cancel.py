@@ -60,7 +60,7 @@ async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(
             model=engine.model, messages=[{"role": "user", "content": "Tell me everything."}],
             max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True})
         seen = 0
-        async for chunk in stream:
+        async for _chunk in stream:
             seen += 1
             if seen == 5:
                 break
@@ -69,7 +69,7 @@ async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(
         await probe.wait_for(RUNNING, lambda v: v == 0, timeout=2.0)
         abort_seconds = time.monotonic() - left_at
         await sdk.close()
-        metrics = app.state.metrics
+        metrics = app.state.gateway.metrics
         await until(lambda: metrics.streams_ended.labels("client_disconnect")._value.get() == 1)
         counted = metrics.tokens.labels("local", "completion")._value.get()
     assert abort_seconds < 1.5

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.codegen.extract import (
+from gateway.protocols.codegen.extract import (
     CodeBlock,
     canonical_language,
     extract_code,
@@ -389,7 +389,7 @@ def fence_styles(draw: st.DrawFn) -> dict:
 
 def _closes(line: str, style: dict) -> bool:
     """Written independently of the parser: would this line close a fence of this style?"""
-    pattern = r" {0,3}%s{%d,}[ \t\r]*" % (re.escape(style["char"]), style["length"])
+    pattern = rf" {{0,3}}{re.escape(style['char'])}{{{style['length']},}}[ \t\r]*"
     return re.fullmatch(pattern, line) is not None
 
 

@@ -7,7 +7,8 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from gateway.codegen.protocol import (
+from gateway.config import Settings
+from gateway.protocols.codegen.protocol import (
     AssistantMessage,
     ChatMessage,
     ChatRequest,
@@ -16,14 +17,12 @@ from gateway.codegen.protocol import (
     ExtractCodeResponse,
     GenerateRequest,
     GenerateResponse,
-    HealthResponse,
     ModelInfoResponse,
     extract_code_response,
     fill_return_sequences,
     resolve_sampling,
     validate_conversation,
 )
-from gateway.config import Settings
 
 
 @pytest.fixture
@@ -299,15 +298,7 @@ def test_generate_response_lists_every_sequence() -> None:
     }
 
 
-def test_health_and_model_info_fields() -> None:
-    health = HealthResponse(model_loaded=True, model_path="m", device="cpu", cuda_available=False)
-    assert health.model_dump() == {
-        "status": "healthy",
-        "model_loaded": True,
-        "model_path": "m",
-        "device": "cpu",
-        "cuda_available": False,
-    }
+def test_model_info_fields() -> None:
     info = ModelInfoResponse(model_path="m", device="cuda", dtype="bfloat16")
     assert info.model_dump() == {"model_path": "m", "device": "cuda", "dtype": "bfloat16"}
 

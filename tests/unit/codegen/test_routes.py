@@ -14,10 +14,9 @@ import orjson
 import pytest
 
 from gateway.app import create_app
-from gateway.codegen import feature
 from gateway.config import Settings
-from gateway.device import reported_device
-from gateway.upstream import BadGateway, EngineTimeout, EngineUnavailable
+from gateway.engines.device import reported_device
+from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable
 from tests.fixtures.servers import free_port
 from tests.support.fake_engine import running_fake_engine
 from tests.unit.codegen.test_service import (
@@ -46,17 +45,16 @@ class Gateway:
         self.client = client
 
     def engine_answers(self, **answers) -> FakeUpstream:
-        self.app.state.upstream = FakeUpstream(**answers)
-        return self.app.state.upstream
+        self.app.state.gateway.engines = FakeUpstream(**answers)
+        return self.app.state.gateway.engines
 
 
 @pytest.fixture
 async def gateway(tmp_path):
     settings = make_settings(tmp_path)
     app = create_app(settings)
-    await feature.start(app, settings)
-    app.state.engine = FakeEngine()
-    app.state.upstream = FakeUpstream()
+    app.state.gateway.engine_state = FakeEngine()
+    app.state.gateway.engines = FakeUpstream()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
         yield Gateway(app, client)
 
@@ -93,10 +91,10 @@ async def test_chat_answers_the_contract_shape(gateway):
 
 async def test_model_info_answers_the_contract_shape(gateway, tmp_path):
     (tmp_path / "config.json").write_text('{"torch_dtype": "float16"}')
-    gateway.app.state.engine = FakeEngine(root=str(tmp_path))
+    gateway.app.state.gateway.engine_state = FakeEngine(root=str(tmp_path))
     response = await gateway.client.get("/model-info")
     assert response.status_code == 200
-    assert response.json() == {"model_path": "served-model", "device": reported_device(gateway.app.state.settings),
+    assert response.json() == {"model_path": "served-model", "device": reported_device(gateway.app.state.gateway.settings),
                                "dtype": "torch.float16"}
 
 
@@ -108,7 +106,7 @@ async def test_model_info_answers_the_contract_shape(gateway, tmp_path):
 async def test_extract_code_answers_exactly_code(gateway, body, answer):
     response = await gateway.client.post("/extract-code", json=body)
     assert response.status_code == 200 and response.json() == answer
-    assert gateway.app.state.upstream.calls == []  # no engine needed
+    assert gateway.app.state.gateway.engines.calls == []  # no engine needed
 
 
 async def test_extract_code_lists_blocks_only_when_asked(gateway):
@@ -154,7 +152,7 @@ async def test_invalid_input_is_a_422_naming_the_field(gateway, path, body, fiel
     assert response.status_code == 422
     fields = {".".join(str(p) for p in error["loc"][1:]) for error in response.json()["detail"]}
     assert field in fields
-    assert gateway.app.state.upstream.calls == []
+    assert gateway.app.state.gateway.engines.calls == []
 
 
 @pytest.mark.parametrize(("messages", "detail"), [
@@ -190,7 +188,7 @@ async def test_engine_errors_leave_as_detail_with_the_contract_status(gateway, p
     ("GET", "/model-info", None),
 ])
 async def test_an_engine_that_is_not_ready_is_the_documented_503(gateway, method, path, body):
-    gateway.app.state.engine = FakeEngine(ready=False)
+    gateway.app.state.gateway.engine_state = FakeEngine(ready=False)
     response = await gateway.client.request(method, path, json=body)
     assert (response.status_code, response.json()) == (503, {"detail": MODEL_NOT_LOADED})
 
@@ -231,9 +229,8 @@ async def test_with_the_engine_down_every_engine_route_is_a_503_and_health_still
 async def test_the_code_api_requires_a_key_when_keys_are_configured(tmp_path):
     settings = make_settings(tmp_path, api_keys=["reader-key"])
     app = create_app(settings)
-    await feature.start(app, settings)
-    app.state.engine = FakeEngine()
-    app.state.upstream = FakeUpstream(**answering())
+    app.state.gateway.engine_state = FakeEngine()
+    app.state.gateway.engines = FakeUpstream(**answering())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
         anonymous = await client.post("/generate", json={"prompt": "x"})
         wrong = await client.post("/extract-code", json={"prompt": "x"}, headers={"authorization": "Bearer nope"})
@@ -270,7 +267,7 @@ class HangingUpstream(FakeUpstream):
 ])
 async def test_a_client_that_leaves_cancels_the_engine_request(gateway, path, body):
     upstream = HangingUpstream()
-    gateway.app.state.upstream = upstream
+    gateway.app.state.gateway.engines = upstream
     payload = orjson.dumps(body)
     client_left = asyncio.Event()
     inbox = [{"type": "http.request", "body": payload, "more_body": False}]

@@ -1,6 +1,6 @@
 """The code API's service logic against a fake engine: what is sent to vLLM, what comes back.
 
-The fakes stand for ``app.state.upstream`` (``post_json``) and ``app.state.engine``; each
+The fakes stand for ``app.state.gateway.engines`` (``post_json``) and ``app.state.gateway.engine_state``; each
 test scripts the engine's answers and checks both the request the service made and the
 answer or error it gave.
 """
@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.codegen import service
-from gateway.codegen.protocol import ChatMessage, ChatRequest, GenerateRequest
 from gateway.config import Settings
-from gateway.errors import GatewayError
-from gateway.upstream import BadGateway, EngineTimeout, EngineUnavailable, parse_error_body
+from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable, parse_error_body
+from gateway.http.errors import GatewayError
+from gateway.protocols.codegen import service
+from gateway.protocols.codegen.protocol import ChatMessage, ChatRequest, GenerateRequest
 
 MODEL_NOT_LOADED = "Model not loaded. Check /health for status."
 
@@ -56,6 +56,7 @@ def upstream(**answers: Any) -> FakeUpstream:
 class FakeEngine:
     ready: bool = True
     default_model: str = "served-model"
+    reported_model: str = "served-model"
     max_model_len: int = 8192
     root: str | None = None
     ready_after_refresh: bool | None = None
@@ -316,8 +317,13 @@ async def test_chat_engine_failures_map_like_generation():
 # --- the reported model and /model-info ----------------------------------------------------
 @pytest.mark.parametrize(("model_path", "reported"), [("", "served-model"), ("stack-2.9", "stack-2.9")])
 async def test_answers_report_model_path_when_set(model_path, reported):
+    from gateway.engines.state import EngineState
+
+    settings = Settings(model_path=model_path)
+    engine = EngineState(settings, upstream=None)
+    engine.ready, engine.served_models = True, ["served-model"]  # as after a look at the engine
     up = upstream(_tokenize=tokenized(4), _v1_completions=completion("x"))
-    answer = await run_generate(up, settings=Settings(model_path=model_path))
+    answer = await run_generate(up, engine=engine, settings=settings)
     assert answer.model == reported
     assert up.payload("/v1/completions")["model"] == "served-model"  # the engine gets its own name
 

@@ -95,7 +95,7 @@ async def test_global_in_flight_limit(make_settings, fake_engine):
         await asyncio.gather(first, return_exceptions=True)
         fake_engine.mode = "ok"
         # the slot is released when the request ends
-        await wait_until(lambda: client.app.state.admission.inflight == 0)
+        await wait_until(lambda: client.app.state.gateway.admission.inflight == 0)
         assert (await client.post(CHAT, json=chat_body())).status_code == 200
 
 

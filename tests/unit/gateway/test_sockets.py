@@ -44,3 +44,22 @@ async def test_client_leaving_a_plain_request_closes_the_upstream_request(make_s
         pending.cancel()
         await asyncio.gather(pending, return_exceptions=True)
         await asyncio.wait_for(fake_engine.request_aborted.wait(), timeout=5)
+
+
+async def test_a_client_that_leaves_is_counted_as_499_not_as_a_server_error(make_settings, fake_engine):
+    """An impatient client is not a 5xx: alerts on the server-error rate must not fire for it."""
+    fake_engine.mode = "hang"
+    app = create_app(make_settings())
+    async with serve_uvicorn(app) as url, httpx.AsyncClient(timeout=10) as client:
+        pending = asyncio.create_task(client.post(url + CHAT, json=chat_body()))
+        while not fake_engine.received:
+            await asyncio.sleep(0.01)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+        await asyncio.wait_for(fake_engine.request_aborted.wait(), timeout=5)
+        registry = app.state.gateway.metrics.registry
+        while registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"}) is None:
+            await asyncio.sleep(0.01)  # the middleware records it once the request's task is done
+        server_errors = registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "500"})
+    assert registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"}) == 1
+    assert server_errors is None

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.admission import Admission
-from gateway.auth import KeyRing, bearer_token
-from gateway.sse import SSEFramer
-from gateway.stream_result import StreamTracker
+from gateway.http.admission import Admission
+from gateway.http.auth import KeyRing, bearer_token
+from gateway.protocols.openai.dialect import OpenAITracker
+from gateway.relay.sse import SSEFramer
 
 
 def test_keyring_resolves_rights_and_stores_no_clear_text():
@@ -46,7 +46,8 @@ def test_admission_counts_and_releases():
     assert admission.try_enter("c") is None
     for key in ("a", "b", "c"):
         admission.leave(key)
-    assert admission.inflight == 0 and admission.held_by("a") == 0
+    assert admission.inflight == 0
+    assert admission.try_enter("a") is None and admission.try_enter("a") is None  # a's whole cap is free again
 
 
 # SSE data lines hold no CR or LF (both end a line in SSE).
@@ -61,29 +62,47 @@ EVENTS = st.lists(
 def test_framer_returns_the_same_events_however_the_bytes_are_cut(events, cuts):
     stream = b"".join(e + b"\n\n" for e in events)
     positions = sorted({c % (len(stream) + 1) for c in cuts})
-    pieces = [stream[a:b] for a, b in zip([0, *positions], [*positions, len(stream)])]
+    pieces = [stream[a:b] for a, b in zip([0, *positions], [*positions, len(stream)], strict=True)]
     framer = SSEFramer()
     out = [event for piece in pieces for event in framer.feed(piece)]
     assert out == events
-    assert framer.pending == b""
+    assert framer.feed(b"\n\n") == []  # nothing was left half-read
 
 
 def test_framer_accepts_crlf_and_keeps_partial_events():
     framer = SSEFramer()
     assert framer.feed(b"data: a\r\n\r\ndata: b") == [b"data: a"]
-    assert framer.pending == b"data: b"
     assert framer.feed(b"\n\n") == [b"data: b"]
 
 
-def test_usage_only_chunk_detection():
-    assert StreamTracker().observe(b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}')
-    assert not StreamTracker().observe(b'data: {"choices":[{"index":0}],"usage":null}')
+USAGE_ONLY = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}'
+CONTENT = b'data: {"choices":[{"index":0}],"usage":null}'
+
+
+def block(*events: bytes) -> bytes:
+    return b"".join(event + b"\n\n" for event in events)
+
+
+def test_the_usage_only_chunk_is_dropped_unless_the_client_asked_for_it():
+    assert OpenAITracker(relay_usage=False, collect_text=False).accept(block(CONTENT, USAGE_ONLY)) == block(CONTENT)
+    kept = OpenAITracker(relay_usage=True, collect_text=False).accept(block(CONTENT, USAGE_ONLY))
+    assert kept == block(CONTENT, USAGE_ONLY)
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    assert tracker.accept(block(USAGE_ONLY, CONTENT, b"data: [DONE]")) == block(CONTENT, b"data: [DONE]")
+    assert tracker.ended and tracker.result().usage == {"prompt_tokens": 1}
+
+
+def test_a_block_of_content_chunks_is_relayed_as_it_is_and_counted():
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    content = block(CONTENT, CONTENT, CONTENT)
+    assert tracker.accept(content) is content  # the common case: no copy, no split
+    assert not tracker.ended and tracker.result().estimated_usage() == {"prompt_tokens": 0, "completion_tokens": 3}
 
 
 async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine():
     from gateway.config import Settings
-    from gateway.engine import TIMEOUTS_BEFORE_NOT_READY, EngineState
-    from gateway.upstream import EngineTimeout, EngineUnavailable
+    from gateway.engines.errors import EngineTimeout, EngineUnavailable
+    from gateway.engines.state import TIMEOUTS_BEFORE_NOT_READY, EngineState
 
     class Upstream:
         failure: Exception | None = None

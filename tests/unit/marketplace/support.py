@@ -18,7 +18,6 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings
-from marketplace import feature, lifecycle, routes
 from tests.support.fake_engine import FakeEngine
 
 READ_KEY = "sk-market-read-0123456789"
@@ -63,25 +62,17 @@ def settings(database_url, fake_engine) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The gateway with its lifespan running (migrations, seed, gazetteer), behind an httpx client."""
-    app = create_app(settings)
-    # Until gateway's marketplace hook (marketplace/feature.py) points at the
-    # marketplace router and lifecycle, plug them in here the same way.
-    wired = feature.router is routes.router
-    if not wired:
-        app.include_router(routes.router)
+async def running_app(settings: Settings, **app_options) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway with its lifespan running (migrations, seed, gazetteer), behind an httpx client.
+
+    ``app_options`` go to ``create_app`` (e.g. ``features=`` with the marketplace's own settings).
+    """
+    app = create_app(settings, **app_options)
     async with app.router.lifespan_context(app):
-        if not wired:
-            await lifecycle.start(app, settings)
-        try:
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=60) as client:
-                client.app = app  # type: ignore[attr-defined]
-                yield client
-        finally:
-            if not wired:
-                await lifecycle.stop(app)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=60) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
 
 
 @pytest.fixture
@@ -125,7 +116,7 @@ async def count_rows(client: httpx.AsyncClient, table: str) -> int:
     """Rows in a marketplace table, read straight from the app's database."""
     from sqlalchemy import text
 
-    async with client.app.state.marketplace.sessions() as session:  # type: ignore[attr-defined]
+    async with client.app.state.marketplace.db_sessions() as session:  # type: ignore[attr-defined]
         return int(await session.scalar(text(f"SELECT count(*) FROM {table}")))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     READ,
     WRITE,
     add_product,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.support.fake_engine import running_fake_engine
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     JAKARTA,
     READ,
     add_product,

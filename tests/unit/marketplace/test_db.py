@@ -16,7 +16,7 @@ from marketplace.db import create_engine, database_kind, migrate, normalize_url
 from marketplace.geodesy import vincenty_km
 from marketplace.migrations.runner import VERSION_TABLE
 from marketplace.models import Base
-from tests.unit.marketplace.support import database_url  # noqa: F401  (fixture)
+from tests.unit.marketplace.support import database_url
 
 # Created by the PostgreSQL migration for search, on purpose not described by the models.
 DATABASE_ONLY_INDEXES = {"ix_suppliers_earth", "ix_products_name_trgm", "ix_products_description_trgm",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from geopy.distance import geodesic
 
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     READ,
     client,
     database_url,

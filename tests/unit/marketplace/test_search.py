@@ -7,7 +7,7 @@ import random
 import pytest
 from geopy.distance import geodesic
 
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     JAKARTA,
     READ,
     add_product,

@@ -10,7 +10,7 @@ import sys
 from marketplace.categories import CATEGORIES
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.seed import CITIES, demo_catalogue, seed_if_empty
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     READ,
     count_rows,
     database_url,
@@ -51,8 +51,9 @@ async def test_seed_if_empty_loads_once(database_url):
         await engine.dispose()
 
 
-async def test_first_start_seeds_when_asked(database_url, fake_engine):
-    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url, seed_demo_data=True)
+async def test_first_start_seeds_when_asked(database_url, fake_engine, monkeypatch):
+    monkeypatch.setenv("SEED_DEMO_DATA", "true")  # the marketplace reads its own settings from the environment
+    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url)
     async with running_app(settings) as client:
         assert await count_rows(client, "suppliers") == len(demo_catalogue())
         found = (await client.get("/api/products/search", headers=READ,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
+from tests.unit.marketplace.support import (
     READ,
     WRITE,
     add_user,

@@ -46,3 +46,8 @@ def gateway(make_settings):
 def chat(max_tokens: int = 8, **extra) -> dict:
     return {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True,
             "max_tokens": max_tokens, **extra}
+
+
+def in_memory(app) -> int:
+    """Generations the app keeps in memory, as its /metrics reports them."""
+    return int(app.state.gateway.metrics.registry.get_sample_value("gateway_sessions_in_memory"))

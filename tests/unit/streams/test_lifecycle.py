@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.unit.streams.conftest import OTHER_KEY, READ_KEY, chat
+from tests.unit.streams.conftest import OTHER_KEY, READ_KEY, chat, in_memory
 from tests.unit.streams.sse_client import content_of, fresh_client, read_stream
 
 
@@ -110,7 +110,7 @@ async def test_only_the_creating_key_can_resume_cancel_or_see_a_session(gateway,
     async with gateway(session_store=store, api_keys=[READ_KEY, OTHER_KEY]) as (base, app), fresh_client(base) as client:
         mine = asyncio.create_task(read_stream(client, "POST", "/v1/chat/completions",
                                                json=chat(100, session_id="private-1"), headers=bearer(READ_KEY)))
-        await until(lambda: app.state.sessions.sessions_in_memory > 0)
+        await until(lambda: in_memory(app) > 0)
         resume = await client.get("/v1/sessions/private-1/events", headers=bearer(OTHER_KEY))
         post_resume = await client.post("/v1/chat/completions", json=chat(2),
                                          headers={**bearer(OTHER_KEY), "Last-Event-ID": "private-1:0"})
@@ -125,3 +125,37 @@ async def test_only_the_creating_key_can_resume_cancel_or_see_a_session(gateway,
         assert response.json()["error"]["code"] == "session_not_found"
     assert theirs.status == 200 and theirs.dones == 1 and len(theirs.events) == 4
     assert done.dones == 1 and done.events[-2].json["choices"][0]["finish_reason"] == "length"
+
+
+async def test_a_detached_generation_runs_for_nobody_and_can_be_followed(gateway, fake_engine):
+    """What a background run uses: produced by its own task, never stopped for lack of clients."""
+    import orjson
+
+    from gateway.http.errors import OPENAI_SHAPE
+    from gateway.protocols.openai.dialect import OPENAI
+    from gateway.relay.context import RelayContext, StreamCall
+    from tests.unit.streams.test_storage import in_server
+
+    fake_engine.chunk_delay = 0.01
+    results = []
+
+    async def remember(result):
+        results.append(result)
+
+    async with gateway() as (base, app), fresh_client(base) as client:
+        core = app.state.gateway
+        body = orjson.dumps({**chat(30), "stream_options": {"include_usage": True}})
+        call = StreamCall(path="/v1/chat/completions", body=body, dialect=OPENAI, session_id="bg-1",
+                          model="fake-model", on_complete=remember)
+        ctx = RelayContext(engines=core.engines, metrics=core.metrics, key_id="local", request_id="req-bg-1",
+                           keepalive_seconds=5, error_shape=OPENAI_SHAPE)
+
+        async def start():
+            await app.state.sessions.start_detached(call, ctx)
+
+        await in_server(app, start)
+        followed = await read_stream(client, "GET", "/v1/sessions/bg-1/events")
+        await until(lambda: len(results) == 1)
+    assert followed.dones == 1 and followed.indices == list(range(len(followed.events)))
+    assert content_of(followed.events) == "".join(f"t{i} " for i in range(30))
+    assert results[0].how == "completed" and not fake_engine.stream_aborted.is_set()

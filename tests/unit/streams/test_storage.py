@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from fastapi import Request
+from fastapi import APIRouter, Request
 
+from gateway.api import Gateway, PrincipalDep
 from gateway.app import create_app
-from gateway.auth import PrincipalDep
-from gateway.openai.streaming import stream_chat_completion
 from tests.fixtures.servers import serve_uvicorn
-from tests.unit.streams.conftest import chat, running_gateway
+from tests.unit.streams.conftest import chat, in_memory, running_gateway
 from tests.unit.streams.sse_client import fresh_client, read_stream
 from tests.unit.streams.test_lifecycle import until
 
@@ -65,9 +64,9 @@ async def test_shutdown_mid_stream_persists_an_explicit_end(make_settings, fake_
 
 async def test_a_session_whose_producer_died_ends_with_an_error_on_resume(make_settings):
     """A producer that vanished without writing an ending (a crash): its lease runs out."""
-    from gateway.streams.frames import frame, id_prefix, pack_frames
-    from gateway.streams.store.base import Batch, Chunk, NewGeneration
-    from gateway.streams.store.sqlite import SQLiteStore
+    from gateway.sessions.frames import frame, id_prefix, pack_frames
+    from gateway.sessions.store.base import Batch, Chunk, NewGeneration
+    from gateway.sessions.store.sqlite import SQLiteStore
 
     settings = make_settings(session_store="sqlite", session_lease_seconds=0.5)
     dead = SQLiteStore(settings.database_url, replica="crashed-replica", lease_seconds=0.5, poll_interval=0.05)
@@ -100,7 +99,7 @@ async def test_writes_are_batched_not_one_commit_per_event(gateway, fake_engine)
         finally:
             for c in clients:
                 await c.aclose()
-        await until(lambda: app.state.sessions.sessions_in_memory == 0)  # all persisted, then evicted
+        await until(lambda: in_memory(app) == 0)  # all persisted, then evicted
         commits = store.commits - before
     events = sum(len(r.events) for r in results)
     assert events == 10 * 102
@@ -128,15 +127,15 @@ async def test_memory_stays_bounded_under_many_sessions(gateway):
     async with gateway(session_store="memory", session_memory_max_finished=5) as (base, app), fresh_client(base) as client:
         for i in range(20):
             await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
-        in_memory = app.state.sessions.sessions_in_memory
+        kept = in_memory(app)
         oldest = await client.get("/v1/sessions/many-0")
         newest = await client.get("/v1/sessions/many-19")
-    assert in_memory == 5
+    assert kept == 5
     assert oldest.status_code == 404 and newest.status_code == 200
     async with gateway(session_store="sqlite") as (base, app), fresh_client(base) as client:
         for i in range(20):
             await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id=f"many-{i}"))
-        await until(lambda: app.state.sessions.sessions_in_memory == 0)
+        await until(lambda: in_memory(app) == 0)
         oldest = await client.get("/v1/sessions/many-0")
     assert oldest.status_code == 200 and oldest.json()["status"] == "ended"
 
@@ -146,7 +145,7 @@ async def test_usage_is_counted_per_key_even_for_aborted_streams(gateway, fake_e
     async with gateway() as (base, app), fresh_client(base) as client:
         await read_stream(client, "POST", "/v1/chat/completions", json=chat(7))
         await read_stream(client, "POST", "/v1/chat/completions", json=chat(1000), stop_after=5)
-        metrics = app.state.metrics
+        metrics = app.state.gateway.metrics
         await until(lambda: metrics.streams_ended.labels("client_disconnect")._value.get() == 1)
         completion = metrics.tokens.labels("local", "completion")._value.get()
         prompt = metrics.tokens.labels("local", "prompt")._value.get()
@@ -163,13 +162,26 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
     async def remember(result):
         results.append(result)
 
-    app = create_app(make_settings())
+    class Probe:
+        """A feature that streams a chat completion through the public gateway API."""
 
-    @app.post("/test/chat")
-    async def test_chat(request: Request, principal: PrincipalDep):
-        return await stream_chat_completion(request, {"model": "fake-model", "max_tokens": 30,
-                                                      "messages": [{"role": "user", "content": "x"}]},
-                                            principal=principal, session_id="hook-1", on_complete=remember)
+        name, settings = "probe", None
+
+        def __init__(self, gateway: Gateway) -> None:
+            self.router = APIRouter()
+
+            @self.router.post("/test/chat")
+            async def test_chat(request: Request, _: PrincipalDep):
+                return await gateway.stream_chat_completion(
+                    request, {"model": "fake-model", "max_tokens": 30, "messages": [{"role": "user", "content": "x"}]},
+                    session_id="hook-1", on_complete=remember)
+
+        async def start(self) -> None: ...
+        async def stop(self) -> None: ...
+        def status(self) -> dict:
+            return {"ready": True}
+
+    app = create_app(make_settings(), features={"probe": Probe})
 
     async with serve_uvicorn(app) as base, fresh_client(base) as client:
         got = await read_stream(client, "POST", "/test/chat", stop_after=3)  # the client leaves early
@@ -182,8 +194,9 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
 
 async def test_a_generation_another_replica_ended_is_fenced_off_and_stopped_here(gateway, fake_engine):
     """A replica wrongly taken for dead (a stalled heartbeat) must not keep writing after the takeover."""
-    from gateway.streams.frames import error_ending, id_prefix
-    from gateway.streams.store.sqlite import SQLiteStore
+    from gateway.protocols.openai.dialect import OPENAI
+    from gateway.sessions.frames import frames, id_prefix
+    from gateway.sessions.store.sqlite import SQLiteStore
 
     fake_engine.chunk_delay = 0.02
     async with gateway(session_store="sqlite", session_lease_seconds=60) as (base, app), fresh_client(base) as client:
@@ -192,14 +205,14 @@ async def test_a_generation_another_replica_ended_is_fenced_off_and_stopped_here
                                                   json=chat(1000, session_id="fence-1")))
         await until(lambda: (s := manager.local("local", "fence-1")) is not None and s.stored and s.log.persisted > 5)
         session = manager.local("local", "fence-1")
-        other = SQLiteStore(app.state.settings.effective_sessions_database_url, replica="other",
+        other = SQLiteStore(app.state.gateway.settings.effective_sessions_database_url, replica="other",
                             lease_seconds=60, poll_interval=0.05)
         await other.open()
         try:
             await other._writer.execute("UPDATE stream_replicas SET heartbeat_at = 0 WHERE replica = ?",
                                         (manager.replica,))  # as if its heartbeat had stalled
             ended = await other.end_orphan(session.gen_id, lambda sid, i: (
-                "error", error_ending(id_prefix(sid), i, "taken over", code="producer_lost")))
+                "error", frames(id_prefix(sid), i, OPENAI.error_events("taken over", "producer_lost"))))
             got = await reading
             stored = await other.read_frames(session.gen_id, 0, max_chunks=10_000)
         finally:
@@ -221,3 +234,29 @@ async def test_a_failing_store_is_a_503_never_a_500(gateway):
     for response in (resume, cancel):
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "session_store_unavailable"
+
+
+async def test_a_client_ahead_of_the_store_gets_an_explicit_ending_at_an_id_it_has_not_seen(make_settings):
+    """The producer died before persisting events its client had already received (its last batch)."""
+    from gateway.sessions.frames import frame, id_prefix, pack_frames
+    from gateway.sessions.store.base import Batch, Chunk, NewGeneration
+    from gateway.sessions.store.sqlite import SQLiteStore
+
+    settings = make_settings(session_store="sqlite", session_lease_seconds=0.5)
+    dead = SQLiteStore(settings.database_url, replica="crashed-replica", lease_seconds=0.5, poll_interval=0.05)
+    await dead.open()
+    prefix = id_prefix("ahead-1")
+    frames = [frame(prefix, i, b'data: {"choices":[{"index":0,"delta":{"content":"w%d"}}]}' % i) for i in range(5)]
+    await dead.write(Batch(generations=[NewGeneration("local", "ahead-1", 43, True)],
+                           chunks=[Chunk(43, 0, 4, pack_frames(frames))]))
+    await dead.close()  # killed: its client had received events 0..9, the store holds 0..4
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        ahead = await read_stream(client, "GET", "/v1/sessions/ahead-1/events",
+                                  headers={"Last-Event-ID": "ahead-1:9"}, timeout=10)
+        behind = await read_stream(client, "GET", "/v1/sessions/ahead-1/events",
+                                   headers={"Last-Event-ID": "ahead-1:2"}, timeout=10)
+    assert ahead.status == 200
+    assert ahead.indices == [10, 11]  # ids it has not seen, never one it holds with other content
+    assert ahead.events[0].json["error"]["code"] == "producer_lost" and ahead.events[1].done
+    # A client behind the store still gets what was stored, then the stored ending.
+    assert behind.indices == [3, 4, 5, 6] and behind.events[2].json["error"]["code"] == "producer_lost"

@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from gateway.errors import GatewayError
-from gateway.streams.frames import done_frame, error_ending, frame, id_prefix, pack_frames, split_frames, unpack_frames
-from gateway.streams.ids import new_session_id, parse_last_event_id
-from gateway.streams.log import EventLog
-from gateway.streams.store.base import Batch, Chunk, Ending, NewGeneration
-from gateway.streams.store.sqlite import SQLiteStore, sqlite_path
+from gateway.http.errors import GatewayError
+from gateway.protocols.openai.dialect import DONE, OPENAI
+from gateway.sessions.frames import frame, frames, id_prefix, pack_frames, split_frames, unpack_frames
+from gateway.sessions.ids import new_session_id, parse_last_event_id
+from gateway.sessions.log import EventLog
+from gateway.sessions.store.base import Batch, Chunk, Ending, NewGeneration
+from gateway.sessions.store.sqlite import SQLiteStore, sqlite_path
 
 
 # --- Last-Event-ID -------------------------------------------------------------------------------
@@ -31,7 +32,7 @@ def test_bad_last_event_ids_are_400s(value, session):
 
 
 def test_generated_ids_are_long_random_and_valid_as_client_ids():
-    from gateway.openai.prepare import validate_session_id
+    from gateway.sessions.ids import validate_session_id
 
     ids = {new_session_id() for _ in range(1000)}
     assert len(ids) == 1000
@@ -88,10 +89,10 @@ async def test_one_batch_wakes_every_waiting_reader_once():
 
 def test_stored_frames_split_back_exactly():
     prefix = id_prefix("s-1")
-    frames = [frame(prefix, 0, b'data: {"a":"x\\n\\ny"}'), *error_ending(prefix, 1, "bad\n\nthing", code="c")]
-    assert split_frames(b"".join(frames)) == frames
-    assert unpack_frames(pack_frames(frames)) == frames
-    assert frames[-1] == done_frame(prefix, 2)
+    framed = [frame(prefix, 0, b'data: {"a":"x\\n\\ny"}'), *frames(prefix, 1, OPENAI.error_events("bad\n\nthing", "c"))]
+    assert split_frames(b"".join(framed)) == framed
+    assert unpack_frames(pack_frames(framed)) == framed
+    assert framed[-1] == frame(prefix, 2, DONE)
 
 
 def test_sqlite_url_forms():
@@ -120,7 +121,7 @@ async def test_a_live_session_cannot_be_claimed_by_another_replica(two_replicas)
     assert await a.claim(NewGeneration("k", "conv", 1, True))
     assert not await b.claim(NewGeneration("k", "conv", 2, True))   # a is alive and producing
     assert await b.claim(NewGeneration("other-key", "conv", 3, True))  # another key: another session
-    await a.write(Batch(chunks=[Chunk(1, 0, 1, pack_frames([frame(b"id: conv:", 0, b"data: {}"), done_frame(b"id: conv:", 1)]))],
+    await a.write(Batch(chunks=[Chunk(1, 0, 1, pack_frames([frame(b"id: conv:", 0, b"data: {}"), frame(b"id: conv:", 1, DONE)]))],
                         endings=[Ending(1, "completed", 2)]))
     assert await b.claim(NewGeneration("k", "conv", 4, True))  # ended: a new generation replaces it
     record = await a.load("k", "conv")
@@ -140,12 +141,12 @@ async def test_an_orphan_is_ended_exactly_once_and_live_ones_are_not_orphans(two
     assert [r.gen_id for r in await b.orphans()] == [7]  # a's generation is not an orphan: a is alive
 
     def ending(session_id, index):
-        return "error", error_ending(id_prefix(session_id), index, "gone", code="producer_lost")
+        return "error", frames(id_prefix(session_id), index, OPENAI.error_events("gone", "producer_lost"))
 
     results = await asyncio.gather(a.end_orphan(7, ending), b.end_orphan(7, ending))
     assert sorted(results) == [False, True]
-    frames = await a.read_frames(7, 0)
-    assert len(frames) == 3 and frames[-1] == done_frame(id_prefix("orphan"), 2)
+    stored = await a.read_frames(7, 0)
+    assert len(stored) == 3 and stored[-1] == frame(id_prefix("orphan"), 2, DONE)
     assert not await b.end_orphan(8, ending)  # a is alive: its generation is not b's to end
     record = await b.load("k", "orphan")
     assert record.status == "ended" and record.how == "error" and record.count == 3

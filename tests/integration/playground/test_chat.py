@@ -89,7 +89,9 @@ async def test_the_answer_streams_in_and_shows_its_figures(playground_gateway, o
 
 
 async def test_stop_cancels_the_generation_inside_vllm(playground_gateway, open_playground, idle_vllm_engine):
-    long = 6000  # tokens: far more than is generated before Stop
+    # Tokens asked for (ignore_eos: only a cancel ends it early). Not "half of it": on a loaded
+    # machine the first text can reach the browser thousands of tokens late.
+    long = 8000
     visit = await open_playground(playground_gateway)
     page = visit.page
     async with httpx.AsyncClient(timeout=10) as metrics_client:
@@ -108,7 +110,7 @@ async def test_stop_cancels_the_generation_inside_vllm(playground_gateway, open_
     await expect(answer.locator(".badge")).to_have_text("stopped")
     await expect(page.locator("#chat-status")).to_have_text("Stopped: the generation was cancelled.")
     assert "finish_reason cancelled" in stats
-    assert generated < long / 2
+    assert generated < long  # cut short: without the cancel vLLM would have generated all of them
     assert int(re.search(r"(\d+)≈? tokens", stats).group(1)) < long
     cancels = [r for r in visit.requests if r.method == "POST" and "/v1/cancel/" in r.url]
     assert len(cancels) == 1 and cancels[0].url.endswith(chat_request(visit)["session_id"])

@@ -38,7 +38,9 @@ __all__ = [
 class Feature(Protocol):
     """What a feature's entry point builds. The entry point names a factory called with the
     :class:`Gateway` (usually the feature's class); its ``settings_class`` attribute is the
-    pydantic-settings class of the environment variables the feature reads."""
+    pydantic-settings class of the environment variables the feature reads. A feature may
+    also have ``public_paths`` (a frozenset of exact paths it serves without an API key, such
+    as the playground's files); every other path needs a key when the gateway has keys."""
 
     name: str
     settings: BaseSettings    # the feature's own settings (its environment variables)

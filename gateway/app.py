@@ -142,6 +142,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         max_body_bytes=settings.max_body_bytes,
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,
         access_log=settings.access_log,
+        public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
     )
     return app
 

@@ -15,10 +15,12 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from gateway.api import PrincipalDep, WriterDep, request_id
 from marketplace import catalog, chat, conversations, users
+from marketplace.errors import invalid_field
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
+    refuse_nul,
     run_ai_search,
     run_search,
     search_criteria_from_query,
@@ -26,6 +28,8 @@ from marketplace.listing import (
 from marketplace.schemas import (
     MAX_ID,
     PAGE_LIMIT_MAX,
+    PLACE_QUERY_MAX,
+    PLACES_LIMIT_MAX,
     PRICE_MAX,
     QUERY_MAX,
     AISearchOut,
@@ -35,6 +39,8 @@ from marketplace.schemas import (
     CompareOut,
     ConversationOut,
     MessageOut,
+    PlaceOut,
+    PlacesOut,
     ProductCreate,
     ProductOut,
     ProductPage,
@@ -194,3 +200,20 @@ async def get_conversation(conversation_id: Id, _: PrincipalDep, session: Sessio
             for m in conversation.messages
         ],
     )
+
+
+# --- places ----------------------------------------------------------------------------------
+
+
+@router.get("/places")
+async def find_places(
+    _: PrincipalDep,
+    mp: MarketplaceDep,
+    q: Annotated[str, Query(max_length=PLACE_QUERY_MAX, description="the start of a place name")],
+    limit: Annotated[int, Query(ge=1, le=PLACES_LIMIT_MAX)] = 10,
+) -> PlacesOut:
+    """Places of the offline gazetteer whose names match what was typed so far, best match first."""
+    refuse_nul(q=q)
+    if not q.strip():
+        raise invalid_field("query", "q", "q must not be blank")
+    return PlacesOut(places=[PlaceOut.of(place) for place in mp.gazetteer.suggest(q, limit=limit)])

@@ -399,3 +399,26 @@ class ConversationOut(BaseModel):
     session_id: str
     created_at: datetime
     messages: list[MessageOut]
+
+
+# --- places (the gazetteer, for place pickers) ----------------------------------------------
+
+PLACE_QUERY_MAX = 100
+PLACES_LIMIT_MAX = 50
+
+
+class PlaceOut(BaseModel):
+    name: str
+    admin1: str | None = Field(description="province (GeoNames admin1), e.g. 'Jawa Timur'")
+    lat: float
+    lng: float
+    population: int
+
+    @classmethod
+    def of(cls, place) -> "PlaceOut":
+        return cls(name=place.name, admin1=place.admin, lat=place.point.lat, lng=place.point.lng,
+                   population=place.population)
+
+
+class PlacesOut(BaseModel):
+    places: list[PlaceOut] = Field(description="best match first")

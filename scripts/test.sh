@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command (`make test`; CI runs it through .ci/run): install what the tests need, then
 # lint (ruff; the import contracts of pyproject.toml), then run the unit tier and the integration
-# tier (real vLLM engine on the embedded model, real PostgreSQL; the test fixtures start both).
-# Fails when the lint fails, any test fails or a tier runs no test.
+# tier (real vLLM engine on the embedded model, real PostgreSQL, real headless Chromium; the test
+# fixtures start them). Fails when the lint fails, any test fails or a tier runs no test.
 #
 #   PYTEST_ARGS  extra pytest arguments for both tiers, e.g. "-x -k health" []
 set -euo pipefail
@@ -42,7 +42,7 @@ describe() {
 
 # shellcheck disable=SC2317  # called through stage
 lint() {
-    "$GATEWAY_VENV/bin/ruff" check gateway marketplace bench tests scripts engine \
+    "$GATEWAY_VENV/bin/ruff" check gateway marketplace playground bench tests scripts engine \
         && "$GATEWAY_VENV/bin/lint-imports"
 }
 
@@ -86,7 +86,8 @@ rm -f "$RESULTS"/unit.xml "$RESULTS"/integration.xml
 
 if ! stage "setup: gateway environment" scripts/setup_gateway_env.sh \
     || ! stage "setup: engine + embedded model" ./launch_vllm.sh --install-only \
-    || ! stage "setup: PostgreSQL" scripts/install_postgres.sh; then
+    || ! stage "setup: PostgreSQL" scripts/install_postgres.sh \
+    || ! stage "setup: Chromium" scripts/install_browser.sh; then
     summary
     printf 'setup failed: no test ran\n' >&2
     exit 1

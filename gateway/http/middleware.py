@@ -55,13 +55,16 @@ class GatewayMiddleware:
         max_body_bytes: int,
         metrics_require_auth: bool,
         access_log: bool = True,
+        public_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.keyring = keyring
         self.admission = admission
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.public = ALWAYS_PUBLIC if metrics_require_auth else ALWAYS_PUBLIC | {"/metrics"}
+        # ``public_paths``: exact paths features serve without a key (the playground's files).
+        public = ALWAYS_PUBLIC | public_paths
+        self.public = public if metrics_require_auth else public | {"/metrics"}
         self.access_log = access_log
         self.error_shapes = error_shapes
 

@@ -17,7 +17,7 @@ PAGES = [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # Pages the marketplace and playground branches add; the README already links to them.
 # Remove this set once those branches are merged.
-ADDED_BY_OTHER_BRANCHES = {DOCS / "marketplace.md", DOCS / "playground.md"}
+ADDED_BY_OTHER_BRANCHES = {DOCS / "marketplace.md"}
 
 
 def prose(path: Path) -> str:

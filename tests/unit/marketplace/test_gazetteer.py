@@ -291,3 +291,46 @@ def test_a_gazetteer_can_be_built_from_csv_text():
     assert gazetteer.lookup("KOCON") == expected
     assert gazetteer.lookup("contohville") == expected
     assert gazetteer.find_in_text("beli di kocon") == (expected, "beli")
+
+
+# --- suggesting places for a typed prefix (the place picker) ----------------------------------
+
+SUGGEST_CSV = (
+    "geonameid,name,ascii_name,alternate_names,aliases,lat,lng,population,admin1,source\n"
+    "1,Sukamaju,Sukamaju,,,-6.1,107.1,5000,Jawa Barat,geonames\n"
+    "2,Suka,Suka,,,-6.2,107.2,1000,Jawa Barat,geonames\n"
+    "3,Sukaraja,Sukaraja,,,-6.3,107.3,90000,Jawa Barat,geonames\n"
+    "4,Bandar Suka,Bandar Suka,,,-6.4,107.4,800000,Lampung,geonames\n"
+    "5,Kotabesar,Kotabesar,Sukabesar,,-6.5,107.5,2000000,Riau,geonames\n"
+    "6,Kotakecil,Kotakecil,,sukakecil,-6.6,107.6,10,Riau,geonames\n"
+)
+
+
+def test_suggest_ranks_exact_then_prefix_then_later_word_then_name_kind_then_population():
+    gazetteer = Gazetteer.from_csv(SUGGEST_CSV)
+    names = [place.name for place in gazetteer.suggest("suka", limit=10)]
+    # exact "Suka"; primary prefixes by population (Sukaraja 90,000 before Sukamaju 5,000); the
+    # alias "sukakecil" before the alternate name "Sukabesar" whatever their populations; then
+    # "Bandar Suka", whose second word starts with the text.
+    assert names == ["Suka", "Sukaraja", "Sukamaju", "Kotakecil", "Kotabesar", "Bandar Suka"]
+
+
+def test_suggest_ignores_case_and_accents_and_respects_the_limit():
+    gazetteer = Gazetteer.from_csv(SUGGEST_CSV)
+    assert [p.name for p in gazetteer.suggest("SÚKA", limit=2)] == ["Suka", "Sukaraja"]
+    assert gazetteer.suggest("zzz", limit=5) == []
+    assert gazetteer.suggest("!!!", limit=5) == []  # nothing left to match once normalised
+
+
+def test_suggest_lists_each_place_once_even_when_several_of_its_names_match():
+    gazetteer = Gazetteer.from_csv(
+        "geonameid,name,ascii_name,alternate_names,aliases,lat,lng,population,admin1,source\n"
+        "1,Yogyakarta,Yogyakarta,Yogya|Yogyakarta City,yogya kota,-7.8,110.4,600000,DI Yogyakarta,geonames\n"
+    )
+    assert [p.name for p in gazetteer.suggest("yog", limit=10)] == ["Yogyakarta"]
+
+
+@pytest.mark.parametrize(("typed", "first"), [("sura", "Surabaya"), ("jogja", "Yogyakarta"),
+                                               ("Bandung", "Bandung"), ("jakarta sel", "Jakarta Selatan")])
+def test_suggest_on_the_shipped_data_puts_the_expected_city_first(gazetteer, typed, first):
+    assert gazetteer.suggest(typed, limit=5)[0].name == first

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import Callable
 
+from gateway.sessions.frames import pack
 from gateway.sessions.generation import Generation
 from gateway.sessions.store.base import Batch, Chunk, Ending, NewGeneration, SessionStore
 
@@ -79,7 +79,7 @@ class StoreWriter:
             if frames:
                 raw = b"".join(frames)
                 size += len(raw)
-                batch.chunks.append(Chunk(generation.gen_id, start, end - 1, zlib.compress(raw, 1)))
+                batch.chunks.append(Chunk(generation.gen_id, start, end - 1, pack(raw)))
             ending = log_.ended and not generation.ending_stored
             if ending:
                 batch.endings.append(Ending(generation.gen_id, generation.how or "error", end))

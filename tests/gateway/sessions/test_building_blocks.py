@@ -95,6 +95,15 @@ def test_stored_frames_split_back_exactly():
     assert framed[-1] == frame(prefix, 2, DONE)
 
 
+def test_rows_are_lz4_and_rows_an_earlier_version_wrote_with_zlib_still_read():
+    import zlib
+
+    framed = [frame(id_prefix("s-1"), i, b'data: {"choices":[{"delta":{"content":"w%d"}}]}' % i) for i in range(50)]
+    packed = pack_frames(framed)
+    assert packed.startswith(b"L4") and len(packed) < len(b"".join(framed)) / 5
+    assert unpack_frames(zlib.compress(b"".join(framed), 1)) == framed  # a row written before LZ4
+
+
 def test_sqlite_url_forms():
     assert sqlite_path("sqlite+aiosqlite:///./data/x.db") == "./data/x.db"
     assert sqlite_path("sqlite:////abs/x.db") == "/abs/x.db"

@@ -19,7 +19,8 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.responses import Response
 
@@ -41,7 +42,7 @@ from gateway.sessions.generation import (
 )
 from gateway.sessions.ids import ResumePoint, new_session_id, parse_last_event_id
 from gateway.sessions.maintenance import maintain
-from gateway.sessions.persistence import LOST, FeedBroken, Persistence
+from gateway.sessions.persistence import LOST, EndingDialect, FeedBroken, Persistence
 from gateway.sessions.producer import GenerationResponse, ProducerHooks
 from gateway.sessions.response import FollowerResponse
 from gateway.sessions.store.base import NewGeneration, SessionStore
@@ -52,19 +53,31 @@ STOP_WAIT_SECONDS = 5.0
 REMOTE_CANCEL_WAIT_SECONDS = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    """Where a session's current generation stands (``SessionManager.outcome``)."""
+
+    live: bool
+    how: str | None               # once ended: completed | cancelled | client_disconnect | error | producer_lost
+    last_frame: bytes | None      # once ended: its last event, as framed (the dialect's ending)
+
+
 class SessionManager:
     resumable = True
 
     def __init__(self, *, settings: Settings, dialect: StreamDialect, store: SessionStore | None = None,
-                 default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None) -> None:
-        """``dialect``: the stream dialect of sessions (their endings, when written for a stored session);
-        ``default_model``: the model named in endings written for a session produced elsewhere."""
+                 default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None,
+                 dialects: Mapping[str, EndingDialect] | None = None) -> None:
+        """``dialect``: the default stream dialect of sessions (endings written for a stored session
+        whose own dialect is not in ``dialects``, by name); ``default_model``: the model named in
+        endings written for a session produced elsewhere."""
         self.settings = settings
         self.dialect = dialect
         self.store = store
         self.replica = store.replica if store is not None else secrets.token_hex(8)
         self.persistence = Persistence(store, settings=settings, dialect=dialect, default_model=default_model,
-                                       on_written=self._ending_written, on_fenced=self._fenced) \
+                                       on_written=self._ending_written, on_fenced=self._fenced,
+                                       dialects=dialects) \
             if store is not None else None
         self._generations: dict[SessionKey, Generation] = {}
         if metrics is not None:
@@ -171,7 +184,8 @@ class SessionManager:
                 # Tell the producing replica at once that a client follows (it may be about to give up).
                 await self.store.touch_listener(record.gen_id, self.persistence.listener_lease)
         feed = StoreFeed(self.persistence, record, checked=record.live)
-        return self._follower(feed, start, point.session_id, keepalive, self.dialect)
+        dialect = self.persistence.dialect_for(record.dialect, point.session_id, max(start, record.count))
+        return self._follower(feed, start, point.session_id, keepalive, dialect)
 
     async def cancel(self, *, owner: str, session_id: str) -> dict:
         """Stop a generation (vLLM aborts it); every follower gets the cancelled ending."""
@@ -191,7 +205,8 @@ class SessionManager:
                 await self.store.request_cancel(record.gen_id)
                 record = await self._wait_remote_end(record)
             else:
-                await self.store.end_orphan(record.gen_id, self.persistence.cancelled_ending)
+                await self.store.end_orphan(record.gen_id, lambda sid, index: self.persistence.cancelled_ending(
+                    sid, index, record.dialect))
                 record = await self._load(owner, session_id)
         return R.cancel_result(session_id, record.how, cancelled=record.how == "cancelled")
 
@@ -205,6 +220,32 @@ class SessionManager:
                 record = await self._load(owner, session_id)
             status, how, count = record.status, record.how, record.count
         return R.session_state(session_id, status=status, how=how, events=count)
+
+    async def outcome(self, *, owner: str, session_id: str) -> SessionOutcome | None:
+        """Where a session's current generation stands, or None when it is unknown (or another key's).
+
+        A generation stored live whose producer died is ended first (with its dialect's
+        error ending), so the answer is never "live" for a run nobody produces any more.
+        """
+        generation = self._generations.get(SessionKey(owner, session_id))
+        if generation is not None:
+            if generation.live:
+                return SessionOutcome(live=True, how=None, last_frame=None)
+            frames = generation.log.frames
+            return SessionOutcome(live=False, how=generation.how, last_frame=frames[-1] if frames else None)
+        if self.store is None:
+            return None
+        with _store_errors():
+            record = await self.store.load(owner, session_id)
+            if record is None:
+                return None
+            if record.live and not record.producer_alive:
+                await self.persistence.end_orphan(record)
+                record = await self.store.load(owner, session_id) or record
+            if record.live:
+                return SessionOutcome(live=True, how=None, last_frame=None)
+            last = await self.store.read_frames(record.gen_id, max(0, record.count - 1)) if record.count else []
+        return SessionOutcome(live=False, how=record.how, last_frame=last[-1] if last else None)
 
     # --- starting a generation -------------------------------------------------------------------
     async def start_detached(self, call: StreamCall, ctx: RelayContext) -> Generation:
@@ -241,7 +282,8 @@ class SessionManager:
             # Another replica may be producing this session id right now: ask the store.
             try:
                 with _store_errors():
-                    claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True))
+                    claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True,
+                                                                   dialect=call.dialect.name))
             except GatewayError:
                 self._forget(generation)
                 raise

@@ -6,8 +6,8 @@
   relayed as the engine gave it, usage counted per key, the engine's request aborted if the
   client leaves. A route the engine does not serve for the model it runs (embeddings on a
   generative model) answers the engine's own 404, in the OpenAI envelope.
-- Admin (``ENGINE_ADMIN_ROUTES``): relayed, query string included, for an admin key only
-  (403 for any other key).
+- Admin (``ENGINE_ADMIN_ROUTES``): relayed for an admin key only (403 for any other key), with
+  the query flags vLLM reads there (``reset_running_requests``, ``reset_external``).
 - Refused: every other operational route of the engine answers 404, with any key, for any
   method (FastAPI routes kept out of the OpenAPI document).
 """
@@ -52,6 +52,23 @@ ADMIN_SHAPE = ErrorShape("openai", _explained_404(
     "VLLM_SERVER_DEV_MODE=1, or for LoRA with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)"), validation_is_400=True)
 
 
+# The query parameters vLLM's admin routes read (all booleans): relayed in one canonical form, so
+# the engine client's per-URL cache stays bounded whatever a caller sends.
+ADMIN_QUERY_FLAGS = ("reset_running_requests", "reset_external")
+
+
+def _admin_query(params) -> str:
+    flags = []
+    for name in ADMIN_QUERY_FLAGS:
+        value = params.get(name)
+        if value is None:
+            continue
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise GatewayError(400, f"'{name}' must be true or false", param=name)
+        flags.append(f"{name}={'true' if value.lower() in ('true', '1') else 'false'}")
+    return "?" + "&".join(flags) if flags else ""
+
+
 class EngineAPI:
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -87,9 +104,9 @@ class EngineAPI:
         if principal is None or not principal.can_write:
             raise GatewayError(403, f"{scope['path']} needs an admin key (ADMIN_API_KEYS)",
                                code="insufficient_permissions")
-        raw = await Request(scope, receive).body()
-        query = scope.get("query_string", b"").decode("latin-1")
-        target = scope["route"].path + (f"?{query}" if query else "")
+        request = Request(scope, receive)
+        raw = await request.body()
+        target = scope["route"].path + _admin_query(request.query_params)
         ctx = self.core.relay_context(scope, error_shape=ADMIN_SHAPE)
         await RelayJSONResponse("POST", target, raw or None, ctx, count_usage=False,
                                 route=RouteHints(model=self.core.engine_state.default_model))(scope, receive, send)

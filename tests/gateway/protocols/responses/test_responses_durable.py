@@ -170,3 +170,26 @@ async def engine_running(engine, timeout: float = 5.0) -> float:
     while (value := (await engine.ametrics())[RUNNING]) != 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     return value
+
+
+async def test_background_runs_on_the_memory_store_and_retention_is_a_setting(idle_vllm_engine, tmp_path):
+    from tests.gateway.protocols.conftest import surface_settings
+
+    engine = idle_vllm_engine
+    async with gateway_on(surface_settings(engine, tmp_path, session_store="memory")) as (url, _):
+        sdk = client(url)
+        run = await sdk.responses.create(**greedy(engine, 32), background=True)
+        done = await until_status(sdk, run.id, FINAL)
+        events = await replay(sdk, run.id)
+        rest = await replay(sdk, run.id, starting_after=10)
+    assert done.status == "incomplete" and done.usage.output_tokens == 32
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.model_dump() for e in rest] == [e.model_dump() for e in events[11:]]
+    # Retention: a response older than RESPONSES_RETENTION_SECONDS is gone (here at once).
+    async with gateway_on(surface_settings(engine, tmp_path, responses_retention_seconds=0.001)) as (url, _):
+        sdk = client(url)
+        reply = await sdk.responses.create(**greedy(engine, 4))
+        with pytest.raises(openai.NotFoundError):
+            await sdk.responses.retrieve(reply.id)
+        with pytest.raises(openai.NotFoundError):
+            await sdk.responses.create(**greedy(engine, 4), previous_response_id=reply.id)

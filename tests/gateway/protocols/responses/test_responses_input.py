@@ -53,3 +53,10 @@ def test_unknown_response_is_a_404_on_every_route(gateway_url):
                         ("DELETE", base)]:
         answer = httpx.request(method, url, headers=headers(), timeout=10)
         assert answer.status_code == 404 and answer.json()["error"]["param"] == "response_id", (method, url)
+
+
+def test_bad_query_parameters_on_retrieve_are_400s(gateway_url):
+    created = post(gateway_url, '{"input": "hi", "max_output_tokens": 2}').json()
+    answer = httpx.get(f"{gateway_url}/v1/responses/{created['id']}", params={"stream": "maybe"},
+                       headers=headers(), timeout=10)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "stream"

@@ -3,8 +3,9 @@
 - ``POST /v1/responses``: one of three ways, all with a gateway-assigned id
   (``prepare``). Not streamed: relayed, the answer stored when ``store`` is not false.
   Streamed: relayed plainly event by event (a client that leaves aborts the engine), the
-  final object stored. ``background: true``: a run the gateway owns (``runs``), answered at
-  once with the ``queued`` response, or with its live event stream when ``stream`` is true.
+  final object stored before the terminal event reaches the client. ``background: true``:
+  a run the gateway owns (``runs``), answered at once with the ``queued`` response, or with
+  its live event stream when ``stream`` is true.
 - ``GET /v1/responses/{id}``: the stored object, as its run stands now; with
   ``?stream=true`` (background responses), its events after ``starting_after`` (default:
   from the first), then live until the end. ``starting_after`` at the last event answers an
@@ -21,6 +22,7 @@ and for ``previous_response_id``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.requests import Request
@@ -105,15 +107,19 @@ class ResponsesAPI:
 
     def _stream(self, request: ResponsesRequest, ctx: RelayContext) -> Response:
         run = ResponsesRun(request.response_id, patch=request.patch)
-
-        async def finished(result: StreamResult) -> None:
-            if request.store:
-                final = final_object(run, None, result)
-                await self._store(request, ctx.key_id, final.get("status"), orjson.dumps(final))
-
         call = StreamCall(path=RESPONSES_PATH, body=request.engine_body, dialect=ResponsesDialect(run),
-                          model=request.model, route=request.route, on_complete=finished)
-        return PlainStreamResponse(call, ctx)
+                          model=request.model, route=request.route)
+        if not request.store:
+            return PlainStreamResponse(call, ctx)
+        stored = _StoredBeforeEnd(run, lambda final: self._store(request, ctx.key_id, final.get("status"),
+                                                                 orjson.dumps(final)))
+
+        async def finished(result: StreamResult) -> None:  # ended without its terminal event (left, broke)
+            await stored.store_once(final_object(run, None, result))
+
+        call.on_complete = finished
+        stored.stream = PlainStreamResponse(call, ctx)
+        return stored
 
     async def _store(self, request: ResponsesRequest, owner: str, status: object, body: bytes) -> None:
         """Keep a finished response; a store that fails costs its retrieval, not the answer."""
@@ -229,6 +235,35 @@ class ResponsesAPI:
                           extra=lambda row: {"streams": row.method != "DELETE" and row.path != CANCEL,
                                              "request_schema": RESPONSES_SCHEMA if row.path == RESPONSES_PATH
                                              else None})
+
+
+class _StoredBeforeEnd(Response):
+    """A stream whose terminal event reaches the client only once the response it carries is stored.
+
+    So a client that reads ``response.completed`` and retrieves the response at once finds it:
+    the tracker has read the terminal event (``run.final``) before the body holding it is sent.
+    """
+
+    def __init__(self, run: ResponsesRun, store: Callable[[dict], Awaitable[None]]) -> None:
+        self.run = run
+        self._store = store
+        self.pending = True
+        self.stream: Response | None = None  # the relayed stream, set once built
+        self.status_code = 200
+        self.background = None
+
+    async def store_once(self, final: dict) -> None:
+        if self.pending:
+            self.pending = False
+            await self._store(final)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_stored(message: dict) -> None:
+            if self.pending and self.run.final is not None and message["type"] == "http.response.body":
+                await self.store_once(self.run.final)
+            await send(message)
+
+        await self.stream(scope, receive, send_stored)
 
 
 def _owner(scope: Scope) -> str:

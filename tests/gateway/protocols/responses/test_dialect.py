@@ -81,3 +81,36 @@ def test_endings_written_for_a_stored_run_start_at_its_index():
     events = [event_json(e) for e in dialect.error_events("producer died", "producer_lost")]
     assert [e["sequence_number"] for e in events] == [17, 18]
     assert events[1]["response"]["id"] == "resp_9"
+
+
+async def test_a_streamed_response_is_stored_before_its_terminal_event_goes_out():
+    from gateway.protocols.responses.routes import _StoredBeforeEnd
+
+    run = ResponsesRun("resp_1")
+    order: list[str] = []
+
+    async def store(final: dict) -> None:
+        order.append(f"stored {final['status']}")
+
+    stored = _StoredBeforeEnd(run, store)
+
+    async def relay(scope, receive, send) -> None:  # what the relay does: accept a read, then send it
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for block in stream_blocks:
+            tracker.accept(block)
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    stream_blocks = stream()
+    stored.stream = relay
+
+    async def send(message: dict) -> None:
+        if message.get("body"):
+            order.append(event_json(message["body"])["type"])
+
+    await stored({"type": "http"}, None, send)
+    assert order == ["response.created", "response.in_progress", "response.output_text.delta",
+                     "response.output_text.delta", "stored completed", "response.completed"]
+    await stored.store_once({"status": "failed"})  # the relay's completion hook afterwards: already stored
+    assert order.count("stored completed") == 1 and "stored failed" not in order

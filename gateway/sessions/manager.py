@@ -59,7 +59,7 @@ class SessionOutcome:
 
     live: bool
     how: str | None               # once ended: completed | cancelled | client_disconnect | error | producer_lost
-    last_frame: bytes | None      # once ended: its last event, as framed (the dialect's ending)
+    last_frame: bytes | None      # its last event so far, as framed (once ended: its ending)
 
 
 class SessionManager:
@@ -225,14 +225,13 @@ class SessionManager:
         """Where a session's current generation stands, or None when it is unknown (or another key's).
 
         A generation stored live whose producer died is ended first (with its dialect's
-        error ending), so the answer is never "live" for a run nobody produces any more.
+        error ending), so the answer is never "live" for a run nobody produces any more. The
+        last event is given even while live: it may already be the stream's terminal event.
         """
         generation = self._generations.get(SessionKey(owner, session_id))
         if generation is not None:
-            if generation.live:
-                return SessionOutcome(live=True, how=None, last_frame=None)
             frames = generation.log.frames
-            return SessionOutcome(live=False, how=generation.how, last_frame=frames[-1] if frames else None)
+            return SessionOutcome(live=generation.live, how=generation.how, last_frame=frames[-1] if frames else None)
         if self.store is None:
             return None
         with _store_errors():
@@ -242,10 +241,8 @@ class SessionManager:
             if record.live and not record.producer_alive:
                 await self.persistence.end_orphan(record)
                 record = await self.store.load(owner, session_id) or record
-            if record.live:
-                return SessionOutcome(live=True, how=None, last_frame=None)
             last = await self.store.read_frames(record.gen_id, max(0, record.count - 1)) if record.count else []
-        return SessionOutcome(live=False, how=record.how, last_frame=last[-1] if last else None)
+        return SessionOutcome(live=record.live, how=record.how, last_frame=last[-1] if last else None)
 
     # --- starting a generation -------------------------------------------------------------------
     async def start_detached(self, call: StreamCall, ctx: RelayContext) -> Generation:

@@ -156,13 +156,14 @@ class BackgroundRuns:
         if not record.running or not record.background:
             return record
         outcome = await self.sessions.outcome(owner=record.owner, session_id=record.response_id)
-        if outcome is not None and outcome.live:
+        found = lifecycle_response(outcome.last_frame) if outcome is not None and outcome.last_frame else None
+        ended = found is not None and found[0] in TERMINAL_TYPES  # (its producer may not have noticed yet)
+        if outcome is not None and outcome.live and not ended:
             return record
         if outcome is None and time.time() - record.created_at < self.settle_grace:
             return record  # saved just before its session: not visible yet
         body = orjson.loads(record.body)
-        found = lifecycle_response(outcome.last_frame) if outcome is not None and outcome.last_frame else None
-        if found is not None and found[0] in TERMINAL_TYPES:
+        if ended:
             final = {**body, **found[1]}
         else:
             final = {**body, "status": "failed", "error": {

@@ -33,16 +33,23 @@ from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handler
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
 from gateway.http.raw_routes import RawRoute, RawRouter, document_raw_routes, register_shapes
+from gateway.protocols.anthropic.dialect import ANTHROPIC
+from gateway.protocols.anthropic.routes import AnthropicMessages
 from gateway.protocols.codegen.routes import codegen_router
+from gateway.protocols.engine_api.routes import EngineAPI
 from gateway.protocols.health import health_router
 from gateway.protocols.openai.dialect import OPENAI
 from gateway.protocols.openai.routes import OpenAIRelay
+from gateway.protocols.responses.dialect import ending_dialect
+from gateway.protocols.responses.routes import ResponsesAPI
 from gateway.relay.context import StreamBackend
 from gateway.relay.plain import PlainRelay
 from gateway.serving import drain_on_signals
 from gateway.sessions.manager import SessionManager
 from gateway.sessions.routes import sessions_router
 from gateway.sessions.store import make_store
+from gateway.sessions.store.base import ResponseRecords
+from gateway.sessions.store.memory import MemoryResponses
 
 log = logging.getLogger("gateway.app")
 
@@ -94,6 +101,11 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     if sessions is not None:
         core.drain_hooks.append(sessions.begin_shutdown)
     openai = OpenAIRelay(core)
+    engine_api = EngineAPI(core)
+    records: ResponseRecords = sessions.store if sessions is not None and sessions.store is not None \
+        else MemoryResponses(max_records=settings.responses_memory_max)
+    responses = ResponsesAPI(core, records=records, sessions=sessions)
+    anthropic = AnthropicMessages(core)
     gateway = Gateway(core, openai)
     factories = selected(settings.features, installed_features() if features is None else features)
     plugged: list[Feature] = [factory(gateway) for factory in factories.values()]
@@ -126,8 +138,10 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     for feature in plugged:  # each feature's own dependencies fetch it there (one tiny getter)
         setattr(app.state, feature.name, feature)
     install_error_handlers(app, shapes)
-    app.raw_routes = openai.routes()
+    # The engine API: one table (protocols.common.table), each protocol serving its rows.
+    app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
     register_shapes(shapes, app.raw_routes)
+    app.include_router(engine_api.refusals(shapes))
     app.include_router(health_router(core))
     app.include_router(sessions_router(sessions))
     app.include_router(codegen_router(core))
@@ -153,4 +167,5 @@ def _session_manager(settings: Settings, engine_state: EngineState, metrics: Met
     if settings.session_store == "off":
         return None
     return SessionManager(settings=settings, dialect=OPENAI, store=make_store(settings),
-                          default_model=lambda: engine_state.default_model, metrics=metrics, admission=admission)
+                          default_model=lambda: engine_state.default_model, metrics=metrics, admission=admission,
+                          dialects={"responses": ending_dialect, "anthropic": lambda session_id, index: ANTHROPIC})

@@ -17,6 +17,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 CommaList = Annotated[list[str], NoDecode]
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+# The engine's operational routes an admin key may be allowed to reach (ENGINE_ADMIN_ROUTES):
+# each affects only the engine's caches or adapters, never other clients' requests, the
+# weights, or the process (sleep, collective_rpc, pause, abort_requests stay refused).
+ADMIN_CAPABLE_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 
 
 def _split_commas(value: object) -> object:
@@ -93,6 +97,22 @@ class Settings(BaseSettings):
     # streams are refused (503) until the store catches up; memory stays bounded.
     session_max_unpersisted_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
+    # --- the Responses API (stored responses, background runs) -------------------------
+    # How long a stored response (``store`` not false) can be retrieved and continued with
+    # ``previous_response_id``; OpenAI keeps them 30 days. The event stream of a background
+    # run stays replayable for SESSIONS_TTL_SECONDS.
+    responses_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # SESSION_STORE=memory or off: stored responses kept in memory (the oldest beyond this
+    # are forgotten). The persistent stores keep them in their database.
+    responses_memory_max: int = Field(1024, ge=1)
+
+    # --- the engine's operational routes ---------------------------------------------------
+    # Which of the engine's admin-capable routes an ADMIN_API_KEYS key may reach (relayed to
+    # vLLM, which serves them only in its dev mode or with runtime LoRA updating). Any other
+    # operational route is never reachable. Empty: none. See docs/api.md.
+    engine_admin_routes: CommaList = Field(
+        default_factory=lambda: ["/reset_prefix_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"])
+
     # --- the gateway's database and its features --------------------------------
     # The session store's database unless SESSIONS_DATABASE_URL says otherwise; features
     # that keep data use it too unless their own setting names another.
@@ -100,10 +120,19 @@ class Settings(BaseSettings):
     # Which installed features run: "all", "none", or names (e.g. "marketplace").
     features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", mode="before")
+    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
+
+    @field_validator("engine_admin_routes")
+    @classmethod
+    def _admin_capable(cls, value: list[str]) -> list[str]:
+        unknown = [path for path in value if path not in ADMIN_CAPABLE_ROUTES]
+        if unknown:
+            raise ValueError(f"ENGINE_ADMIN_ROUTES may only name {', '.join(ADMIN_CAPABLE_ROUTES)}; "
+                             f"got {', '.join(unknown)}")
+        return value
 
     @field_validator("vllm_base_url")
     @classmethod

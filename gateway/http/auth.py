@@ -1,9 +1,13 @@
 """API keys: stored hashed, compared in constant time, resolved to a Principal.
 
 Keys come from settings either in clear (hashed at load, the clear text is not
-kept) or already hashed as ``sha256:<hex>``. A request's bearer token is hashed
-and compared with every stored digest using ``hmac.compare_digest``, so the
-time taken says nothing about how close a guess was.
+kept) or already hashed as ``sha256:<hex>``. A request's key is hashed and compared
+with every stored digest using ``hmac.compare_digest``, so the time taken says nothing
+about how close a guess was.
+
+A key arrives as ``Authorization: Bearer <key>`` (OpenAI SDKs, and Anthropic's Python SDK
+since 2.x) or as ``x-api-key: <key>`` (Anthropic's own header, which older Anthropic SDKs
+and many Anthropic clients send); either authenticates, on every route.
 """
 
 from __future__ import annotations
@@ -73,6 +77,23 @@ class KeyRing:
             if hmac.compare_digest(stored, digest) and (found is None or principal.can_write):
                 found = principal
         return found
+
+
+API_KEY_HEADER = b"x-api-key"
+MISSING_KEY = "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+
+
+def request_keys(authorization: bytes | None, api_key: bytes | None) -> list[str]:
+    """The keys a request presents: its bearer token, then its ``x-api-key`` (each only if present)."""
+    keys = []
+    token = bearer_token(authorization)
+    if token is not None:
+        keys.append(token)
+    if api_key is not None:
+        value = api_key.decode("latin-1").strip()
+        if value and value != token:
+            keys.append(value)
+    return keys
 
 
 def bearer_token(authorization: bytes | None) -> str | None:

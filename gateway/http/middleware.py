@@ -4,7 +4,8 @@ Pure ASGI on purpose: it never wraps or buffers the response body (Starlette's
 BaseHTTPMiddleware would, costing time per chunk and hiding disconnects). It
 touches exactly one response message, the start (to add headers); body chunks
 pass straight through. Refusals are written in the error shape of the route
-family the path belongs to (``ErrorShapes``).
+family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
+Bearer`` or ``x-api-key`` (``http.auth``).
 
 A request that returns without starting a response is one whose client left
 first: it is counted and logged as 499 (nginx's "client closed request"), so
@@ -22,7 +23,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.admission import Admission
-from gateway.http.auth import LOCAL_PRINCIPAL, KeyRing, bearer_token
+from gateway.http.auth import API_KEY_HEADER, LOCAL_PRINCIPAL, MISSING_KEY, KeyRing, request_keys
 from gateway.http.errors import ErrorShapes, GatewayError
 from gateway.http.logs import request_id_var
 from gateway.http.metrics import Metrics
@@ -35,7 +36,8 @@ REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 CLIENT_CLOSED_REQUEST = 499
 # The server's own ``send``, kept in the scope: once a response has started (its headers went
 # through every wrapper, this middleware's included), a stream may send its body messages
-# here directly, skipping one Python call per body (measured: bench/instructions.py).
+# here directly, skipping one Python call per body (measured: bench/instructions.py). A wrapper
+# that must see body messages replaces this entry with itself wrapped around it.
 SERVER_SEND = "gateway.server_send"
 
 
@@ -74,10 +76,12 @@ class GatewayMiddleware:
             return
 
         started = time.perf_counter()
-        authorization = request_id = content_length = None
+        authorization = api_key = request_id = content_length = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
+            elif name == API_KEY_HEADER:
+                api_key = value
             elif name == b"x-request-id":
                 request_id = value.decode("latin-1")
             elif name == b"content-length":
@@ -112,7 +116,7 @@ class GatewayMiddleware:
         try:
             refusal = self._check_body_size(content_length)
             if refusal is None and path not in self.public:
-                principal, refusal = self._authenticate(authorization)
+                principal, refusal = self._authenticate(authorization, api_key)
                 if principal is not None:
                     state["principal"] = principal
                     key_id = principal.key_id
@@ -159,18 +163,18 @@ class GatewayMiddleware:
             request_id_var.reset(token)
             serving_scope.reset(scope_token)
 
-    def _authenticate(self, authorization: bytes | None) -> tuple[Any, GatewayError | None]:
+    def _authenticate(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
         if not self.keyring.enabled:
             return LOCAL_PRINCIPAL, None
-        token = bearer_token(authorization)
-        principal = self.keyring.authenticate(token) if token else None
+        keys = request_keys(authorization, api_key)
+        principal = None
+        for key in keys:  # a bearer token or an x-api-key: either one that is a configured key will do
+            principal = self.keyring.authenticate(key)
+            if principal is not None:
+                break
         if principal is None:
             self.metrics.rejected.labels("auth").inc()
-            message = (
-                "missing API key: send 'Authorization: Bearer <key>'"
-                if token is None
-                else "invalid API key"
-            )
+            message = MISSING_KEY if not keys else "invalid API key"
             return None, GatewayError(
                 401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"}
             )

@@ -4,11 +4,16 @@ The engine call runs in the request's own task; a disconnect cancels it (one wat
 per request, no second task for the call), which closes the engine request so vLLM aborts
 the generation instead of finishing it for nobody. The response starts only when the
 engine has answered, so an engine error keeps its HTTP status.
+
+A protocol that must read or change a successful answer before it goes out (store a
+response object, count usage reported in its own field names) passes ``on_success``;
+a body that is not JSON (a multipart upload) passes its ``content_type``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.responses import Response
@@ -22,16 +27,22 @@ from gateway.relay.context import RelayContext
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
+# The engine's successful answer -> the body to send (may raise a GatewayError: nothing is sent yet).
+SuccessHook = Callable[[bytes], Awaitable[bytes]]
+
 
 class RelayJSONResponse(Response):
     def __init__(self, method: str, path: str, body: bytes | None, ctx: RelayContext, *,
-                 count_usage: bool = True, route: RouteHints | None = None) -> None:
+                 count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
+                 on_success: SuccessHook | None = None) -> None:
         self.method = method
         self.path = path
         self.body_out = body
         self.ctx = ctx
         self.count_usage = count_usage
         self.route = route
+        self.content_type = content_type
+        self.on_success = on_success
         self.status_code = 200
         self.background = None
 
@@ -41,7 +52,8 @@ class RelayJSONResponse(Response):
         watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
             status, body = await ctx.engines.request_bytes(self.method, self.path, self.body_out,
-                                                           request_id=ctx.request_id, route=self.route)
+                                                           request_id=ctx.request_id, route=self.route,
+                                                           content_type=self.content_type)
         except asyncio.CancelledError:
             if watcher.disconnected and task.uncancel() == 0:
                 ctx.metrics.stream_ended("client_disconnect")
@@ -68,5 +80,11 @@ class RelayJSONResponse(Response):
                 ctx.metrics.count_usage(ctx.key_id, orjson.loads(body).get("usage"))
             except (orjson.JSONDecodeError, AttributeError):
                 pass
+        if self.on_success is not None:
+            try:
+                body = await self.on_success(body)
+            except GatewayError as error:
+                await send_error(ctx.error_shape, error, send)
+                return
         await send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": body})

@@ -76,12 +76,12 @@ class StoreFeed:
             record = self.record
             read = await self.store.read_frames(record.gen_id, index)
             if read:
-                self.done = self.persistence.dialect.is_last(read[-1])
+                self.done = self.persistence.is_last(record, read[-1])
                 return read
             if not record.live:
                 self.done = True
                 if index > record.count:  # this client got events the store never received
-                    return self.persistence.lost_ending(record.session_id, record.count, index)
+                    return self.persistence.lost_ending(record.session_id, record.count, index, record.dialect)
                 return []
             signal = self.store.signal(record.gen_id)
             await asyncio.wait((signal, self._interrupt), timeout=max(0.0, self._next_check - time.monotonic()),

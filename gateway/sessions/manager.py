@@ -19,7 +19,8 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.responses import Response
 
@@ -42,7 +43,7 @@ from gateway.sessions.generation import (
 )
 from gateway.sessions.ids import ResumePoint, new_session_id, parse_last_event_id
 from gateway.sessions.maintenance import maintain
-from gateway.sessions.persistence import LOST, FeedBroken, Persistence
+from gateway.sessions.persistence import LOST, EndingDialect, FeedBroken, Persistence
 from gateway.sessions.producer import GenerationResponse, ProducerHooks
 from gateway.sessions.response import FollowerResponse
 from gateway.sessions.store.base import NewGeneration, SessionStore
@@ -53,21 +54,32 @@ STOP_WAIT_SECONDS = 5.0
 REMOTE_CANCEL_WAIT_SECONDS = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    """Where a session's current generation stands (``SessionManager.outcome``)."""
+
+    live: bool
+    how: str | None               # once ended: completed | cancelled | client_disconnect | error | producer_lost
+    last_frame: bytes | None      # its last event so far, as framed (once ended: its ending)
+
+
 class SessionManager:
     resumable = True
 
     def __init__(self, *, settings: Settings, dialect: StreamDialect, store: SessionStore | None = None,
                  default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None,
-                 admission: Admission | None = None) -> None:
-        """``dialect``: the stream dialect of sessions (their endings, when written for a stored session);
-        ``default_model``: the model named in endings written for a session produced elsewhere."""
+                 admission: Admission | None = None, dialects: Mapping[str, EndingDialect] | None = None) -> None:
+        """``dialect``: the default stream dialect of sessions (endings written for a stored session
+        whose own dialect is not in ``dialects``, by name); ``default_model``: the model named in
+        endings written for a session produced elsewhere."""
         self.settings = settings
         self.dialect = dialect
         self.admission = admission  # detached generations hold a slot of their own
         self.store = store
         self.replica = store.replica if store is not None else secrets.token_hex(8)
         self.persistence = Persistence(store, settings=settings, dialect=dialect, default_model=default_model,
-                                       on_written=self._ending_written, on_fenced=self._fenced) \
+                                       on_written=self._ending_written, on_fenced=self._fenced,
+                                       dialects=dialects) \
             if store is not None else None
         self._generations: dict[SessionKey, Generation] = {}
         if metrics is not None:
@@ -177,7 +189,8 @@ class SessionManager:
                 # Tell the producing replica at once that a client follows (it may be about to give up).
                 await self.store.touch_listener(record.gen_id, self.persistence.listener_lease)
         feed = StoreFeed(self.persistence, record, checked=record.live)
-        return self._follower(feed, start, point.session_id, keepalive, self.dialect)
+        dialect = self.persistence.dialect_for(record.dialect, point.session_id, max(start, record.count))
+        return self._follower(feed, start, point.session_id, keepalive, dialect)
 
     async def cancel(self, *, owner: str, session_id: str) -> dict:
         """Stop a generation (vLLM aborts it); every follower gets the cancelled ending."""
@@ -197,7 +210,8 @@ class SessionManager:
                 await self.store.request_cancel(record.gen_id)
                 record = await self._wait_remote_end(record)
             else:
-                await self.store.end_orphan(record.gen_id, self.persistence.cancelled_ending)
+                await self.store.end_orphan(record.gen_id, lambda sid, index: self.persistence.cancelled_ending(
+                    sid, index, record.dialect))
                 record = await self._load(owner, session_id)
         return R.cancel_result(session_id, record.how, cancelled=record.how == "cancelled")
 
@@ -212,15 +226,39 @@ class SessionManager:
             status, how, count = record.status, record.how, record.count
         return R.session_state(session_id, status=status, how=how, events=count)
 
+    async def outcome(self, *, owner: str, session_id: str) -> SessionOutcome | None:
+        """Where a session's current generation stands, or None when it is unknown (or another key's).
+
+        A generation stored live whose producer died is ended first (with its dialect's
+        error ending), so the answer is never "live" for a run nobody produces any more. The
+        last event is given even while live: it may already be the stream's terminal event.
+        """
+        generation = self._generations.get(SessionKey(owner, session_id))
+        if generation is not None:
+            frames = generation.log.frames
+            return SessionOutcome(live=generation.live, how=generation.how, last_frame=frames[-1] if frames else None)
+        if self.store is None:
+            return None
+        with _store_errors():
+            record = await self.store.load(owner, session_id)
+            if record is None:
+                return None
+            if record.live and not record.producer_alive:
+                await self.persistence.end_orphan(record)
+                record = await self.store.load(owner, session_id) or record
+            last = await self.store.read_frames(record.gen_id, max(0, record.count - 1)) if record.count else []
+        return SessionOutcome(live=record.live, how=record.how, last_frame=last[-1] if last else None)
+
     # --- starting a generation -------------------------------------------------------------------
-    async def start_detached(self, call: StreamCall, ctx: RelayContext) -> Generation:
+    async def start_detached(self, call: StreamCall, ctx: RelayContext, *, holds_admission: bool = True) -> Generation:
         """A generation produced by a task of its own, for no client (e.g. a background run).
 
         Followers attach by resuming it; it is never stopped for lack of clients, only by a
         cancel, the engine, or the gateway stopping. ``call.on_complete`` tells the caller
-        how it ended (also when the engine refused it).
+        how it ended (also when the engine refused it). It takes an admission slot of its
+        owner until it ends, unless ``holds_admission=False`` (the caller took one already).
         """
-        generation = await self._new_generation(call, ctx, holds_admission=True)
+        generation = await self._new_generation(call, ctx, holds_admission=holds_admission)
         generation.detached = True
         response = GenerationResponse(generation, call, ctx, self._hooks)
         generation.task = asyncio.get_running_loop().create_task(
@@ -271,7 +309,8 @@ class SessionManager:
             # Another replica may be producing this session id right now: ask the store.
             try:
                 with _store_errors():
-                    claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True))
+                    claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True,
+                                                                   dialect=call.dialect.name))
             except GatewayError:
                 self._no_longer_live(generation)
                 self._forget(generation)

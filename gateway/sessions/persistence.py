@@ -5,19 +5,24 @@ back (replays after a ring dropped them, sessions produced elsewhere), ends gene
 whose producer died (``producer_lost`` + the stream's end, written once by whoever notices),
 and keeps the leases that tell replicas someone still follows a session. Feeds and the
 manager use it; it uses neither.
+
+Endings it writes for a generation produced elsewhere are in that generation's dialect (the
+store records its name): ``dialects`` maps a name to what builds the dialect for an ending
+at a given event index (a dialect whose events count themselves, like the Responses API's
+``sequence_number``, needs the index); unknown names get the default dialect.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.config import Settings
 from gateway.relay.dialect import StreamDialect
 from gateway.sessions.frames import frames, id_prefix
 from gateway.sessions.generation import CANCEL_REQUEST, Generation
 from gateway.sessions.replies import unknown
-from gateway.sessions.store.base import SessionStore, StoredSession
+from gateway.sessions.store.base import DEFAULT_DIALECT, SessionStore, StoredSession
 from gateway.sessions.writer import StoreWriter
 
 log = logging.getLogger("gateway.sessions")
@@ -26,6 +31,9 @@ PRODUCER_LOST = "the generation was interrupted: the gateway producing it stoppe
 # StoredSession.how of a generation ended by someone else after its producer died: what it
 # produced after its last persisted batch is unknown.
 LOST = "producer_lost"
+
+# (session_id, index of the first ending event) -> the dialect that writes the ending.
+EndingDialect = Callable[[str, int], StreamDialect]
 
 
 class FeedBroken(Exception):
@@ -40,12 +48,14 @@ class FeedBroken(Exception):
 class Persistence:
     def __init__(self, store: SessionStore, *, settings: Settings, dialect: StreamDialect,
                  default_model: Callable[[], str], on_written: Callable[[Generation], None],
-                 on_fenced: Callable[[Generation], None]) -> None:
+                 on_fenced: Callable[[Generation], None],
+                 dialects: Mapping[str, EndingDialect] | None = None) -> None:
         self.store = store
         self.default_model = default_model
-        # Sessions are stored without their dialect: endings written for another replica's
-        # generation (orphans, remote cancels) use this one.
+        # The default: endings of generations whose dialect is not registered here.
         self.dialect = dialect
+        self._dialects: dict[str, EndingDialect] = {dialect.name: lambda session_id, index: dialect,
+                                                    **(dialects or {})}
         self.lease = settings.session_lease_seconds
         self.check_interval = self.lease / 3
         self.listener_lease = self.lease
@@ -66,16 +76,28 @@ class Persistence:
             raise unknown(session_id)
         return record
 
+    def dialect_for(self, name: str, session_id: str, index: int) -> StreamDialect:
+        """The dialect of a stored generation, for events written at ``index``."""
+        factory = self._dialects.get(name)
+        return factory(session_id, index) if factory is not None else self.dialect
+
+    def is_last(self, record: StoredSession, frame: bytes) -> bool:
+        """Whether ``frame`` ends the stored generation's stream."""
+        return self.dialect_for(record.dialect, record.session_id, 0).is_last(frame)
+
     async def end_orphan(self, record: StoredSession) -> None:
         """End a generation whose producer is gone, so its followers get an explicit end."""
-        if await self.store.end_orphan(record.gen_id, self.interrupted_ending):
+        if await self.store.end_orphan(record.gen_id, lambda session_id, index: self.interrupted_ending(
+                session_id, index, record.dialect)):
             log.warning("ended a session whose producer is gone",
                         extra={"session_id": record.session_id, "replica": record.replica})
 
-    def interrupted_ending(self, session_id: str, index: int) -> tuple[str, list[bytes]]:
-        return LOST, frames(id_prefix(session_id), index, self.dialect.error_events(PRODUCER_LOST, "producer_lost"))
+    def interrupted_ending(self, session_id: str, index: int,
+                           dialect: str = DEFAULT_DIALECT) -> tuple[str, list[bytes]]:
+        events = self.dialect_for(dialect, session_id, index).error_events(PRODUCER_LOST, "producer_lost")
+        return LOST, frames(id_prefix(session_id), index, events)
 
-    def lost_ending(self, session_id: str, stored: int, index: int) -> list[bytes]:
+    def lost_ending(self, session_id: str, stored: int, index: int, dialect: str = DEFAULT_DIALECT) -> list[bytes]:
         """For a client that has events the store never received: an explicit end at its next index.
 
         The producer died between receiving events ``stored..index-1`` (this client got
@@ -84,10 +106,12 @@ class Persistence:
         """
         message = (f"{PRODUCER_LOST}; events from index {stored} on were never persisted, "
                    f"so this stream ends after index {index - 1}")
-        return frames(id_prefix(session_id), index, self.dialect.error_events(message, "producer_lost"))
+        events = self.dialect_for(dialect, session_id, index).error_events(message, "producer_lost")
+        return frames(id_prefix(session_id), index, events)
 
-    def cancelled_ending(self, session_id: str, index: int) -> tuple[str, list[bytes]]:
-        events = self.dialect.cancelled_events(first_event=None, reason=CANCEL_REQUEST,
-                                               fallback_id=f"chatcmpl-{session_id}",
-                                               model=self.default_model(), choices=1)
+    def cancelled_ending(self, session_id: str, index: int,
+                         dialect: str = DEFAULT_DIALECT) -> tuple[str, list[bytes]]:
+        events = self.dialect_for(dialect, session_id, index).cancelled_events(
+            first_event=None, reason=CANCEL_REQUEST, fallback_id=f"chatcmpl-{session_id}",
+            model=self.default_model(), choices=1)
         return "cancelled", frames(id_prefix(session_id), index, events)

@@ -4,7 +4,11 @@
   client wrote them (``prepare``), answered in one piece or streamed (chat streams through
   the stream backend: resumable sessions when ``SESSION_STORE`` is on; completion streams
   are always relayed plainly).
-- ``GET /v1/models``: the engine's models plus the configured aliases.
+- ``GET /v1/models``: the engine's models plus the configured aliases; ``GET /v1/models/{model}``
+  one of them (vLLM itself has no such route, so the SDK's ``models.retrieve`` needs it).
+
+Each also answers without ``/v1`` (``/chat/completions``, ...): the paths come from the
+engine-API table (``protocols.common.table``).
 
 A streamed chat completion, step by step: the gateway middleware authenticates, admits and
 times the request (``http.middleware``); ``RawRouter`` calls :meth:`OpenAIRelay.relay`;
@@ -24,8 +28,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
-from gateway.http.errors import OPENAI_SHAPE
+from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.raw_routes import RawRoute
+from gateway.protocols.common import table
 from gateway.protocols.openai.dialect import OPENAI
 from gateway.protocols.openai.prepare import CHAT_PATH, COMPLETIONS_PATH, PreparedRequest, parse_body, prepare
 from gateway.relay.context import StreamCall
@@ -92,7 +97,7 @@ class OpenAIRelay:
         return await self.core.streams.stream(self.stream_call(prepared, on_complete=on_complete),
                                               self.core.relay_context(scope))
 
-    async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _cards(self) -> list[dict]:
         engine_state = self.core.engine_state
         listing = await self.core.engines.get_json("/v1/models")
         cards = [card for card in listing.get("data", []) if isinstance(card, dict)]
@@ -101,19 +106,31 @@ class OpenAIRelay:
         for name in engine_state.public_models:
             if name not in known:
                 cards.append({**template, "id": name, "parent": engine_state.default_model})
-        body = orjson.dumps({"object": "list", "data": cards})
+        return cards
+
+    async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = orjson.dumps({"object": "list", "data": await self._cards()})
         await send({"type": "http.response.start", "status": 200, "headers": JSON})
         await send({"type": "http.response.body", "body": body})
 
+    async def model(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wanted = scope["path_params"]["model"]
+        cards = await self._cards()
+        card = next((card for card in cards if card.get("id") == wanted), None)
+        if card is None:
+            valid = ", ".join(str(card.get("id")) for card in cards)
+            raise GatewayError(404, f"The model '{wanted}' does not exist. Available models: {valid}",
+                               param="model", code="model_not_found")
+        await send({"type": "http.response.start", "status": 200, "headers": JSON})
+        await send({"type": "http.response.body", "body": orjson.dumps(card)})
+
     def routes(self) -> list[RawRoute]:
-        return [
-            RawRoute("POST", CHAT_PATH, self.relay, "Create a chat completion (relayed to vLLM)", OPENAI_SHAPE,
-                     tags=TAGS, streams=True, request_schema=CHAT_SCHEMA),
-            RawRoute("POST", COMPLETIONS_PATH, self.relay, "Create a completion (relayed to vLLM)", OPENAI_SHAPE,
-                     tags=TAGS, streams=True, request_schema=COMPLETION_SCHEMA),
-            RawRoute("GET", "/v1/models", self.models, "List the served models and their aliases", OPENAI_SHAPE,
-                     tags=TAGS),
-        ]
+        handlers = {("POST", CHAT_PATH): self.relay, ("POST", COMPLETIONS_PATH): self.relay,
+                    ("GET", "/v1/models"): self.models, ("GET", "/v1/models/{model}"): self.model}
+        schemas = {CHAT_PATH: CHAT_SCHEMA, COMPLETIONS_PATH: COMPLETION_SCHEMA}
+        return table.bind(table.rows("openai"), handlers, error_shape=OPENAI_SHAPE, tags=TAGS,
+                          extra=lambda row: {"streams": row.path in schemas,
+                                             "request_schema": schemas.get(row.path)})
 
 
 _COMMON = {

@@ -10,6 +10,14 @@ Every live generation records the replica producing it; replicas renew a
 heartbeat, so any replica can tell a live producer from a dead one (a
 generation whose producer died is ended by whoever notices, with an error
 event and ``[DONE]``, in one transaction that only one replica can win).
+
+Each generation records the stream dialect it speaks (``openai``, ``responses``, ...), so
+whoever writes its ending (a replica that finds it orphaned) writes it in that dialect.
+
+The persistent stores also keep *stored responses* (the Responses API's response objects,
+with the conversation a follow-up continues: :class:`StoredResponse`), beside the
+generations of their background runs; ``SESSION_STORE=memory`` keeps them in
+``store.memory.MemoryResponses``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from gateway.sessions.frames import unpack_frames
 
 LIVE = "live"
 ENDED = "ended"
+DEFAULT_DIALECT = "openai"  # the dialect of every generation stored before dialects were recorded
 
 
 @dataclass(slots=True)
@@ -36,6 +45,7 @@ class StoredSession:
     named: bool
     replica: str
     producer_alive: bool   # live and its replica's heartbeat is fresh
+    dialect: str = DEFAULT_DIALECT
 
     @property
     def live(self) -> bool:
@@ -48,6 +58,7 @@ class NewGeneration:
     session_id: str
     gen_id: int
     named: bool
+    dialect: str = DEFAULT_DIALECT
 
 
 @dataclass(slots=True)
@@ -124,3 +135,38 @@ def split_chunk_rows(rows, start: int) -> list[bytes]:
         out.extend(frames[expected - first_idx:])
         expected = first_idx + len(frames)
     return out
+
+
+# --- stored responses (the Responses API) ----------------------------------------------------
+RUNNING_STATUSES = ("queued", "in_progress")
+FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    owner: str            # Principal.key_id of the key that created it: nobody else sees it
+    response_id: str
+    status: str           # queued | in_progress | completed | incomplete | failed | cancelled
+    background: bool      # produced by a background run (its events are the session ``response_id``)
+    body: bytes           # the response object, JSON
+    history: bytes        # JSON list of the conversation's items so far, for previous_response_id
+    root: str             # the first response of its conversation (an affinity key)
+    created_at: float
+    expires_at: float
+
+    @property
+    def running(self) -> bool:
+        return self.status in RUNNING_STATUSES
+
+
+class ResponseRecords(Protocol):
+    """Where stored responses live: the persistent session stores, or memory."""
+
+    async def save_response(self, record: StoredResponse) -> None:
+        """Insert ``record`` (or replace the owner's record with the same id)."""
+    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
+                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
+        """Set status and body if the record's status is one of ``from_statuses`` (True if it was)."""
+    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        """The owner's record, unless unknown, another key's, or expired."""
+    async def delete_response(self, owner: str, response_id: str) -> bool: ...

@@ -6,7 +6,8 @@ reads the new rows at once (a follower also polls every ``poll_interval`` in
 case a notification was missed). Cancel requests travel as
 ``NOTIFY stream_cancel`` (plus a flag the producer polls). Every time
 comparison uses the database's clock, so replicas with skewed clocks still
-agree on whose producer is alive.
+agree on whose producer is alive. Stored responses (the Responses API) live in the same
+database, compressed, so every replica serves every key's responses.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import zlib
 
 import asyncpg
 
 from gateway.sessions.frames import pack_frames
-from gateway.sessions.store.base import LIVE, Batch, EndingFactory, NewGeneration, StoredSession, split_chunk_rows
+from gateway.sessions.store.base import (
+    LIVE,
+    RUNNING_STATUSES,
+    Batch,
+    EndingFactory,
+    NewGeneration,
+    StoredResponse,
+    StoredSession,
+    split_chunk_rows,
+)
 
 log = logging.getLogger("gateway.streams")
 
@@ -42,8 +53,11 @@ CREATE TABLE IF NOT EXISTS stream_sessions (
     updated_at DOUBLE PRECISION NOT NULL,
     listener_until DOUBLE PRECISION NOT NULL DEFAULT 0,
     cancel_requested BOOLEAN NOT NULL DEFAULT false,
+    dialect TEXT NOT NULL DEFAULT 'openai',
     PRIMARY KEY (owner, session_id)
 );
+-- Added after the first release: a database created before gets the column here.
+ALTER TABLE stream_sessions ADD COLUMN IF NOT EXISTS dialect TEXT NOT NULL DEFAULT 'openai';
 CREATE INDEX IF NOT EXISTS stream_sessions_by_status ON stream_sessions (status, updated_at);
 CREATE INDEX IF NOT EXISTS stream_sessions_by_replica ON stream_sessions (replica, status);
 CREATE TABLE IF NOT EXISTS stream_chunks (
@@ -57,10 +71,24 @@ CREATE TABLE IF NOT EXISTS stream_replicas (
     replica TEXT PRIMARY KEY,
     heartbeat_at DOUBLE PRECISION NOT NULL
 );
+CREATE TABLE IF NOT EXISTS stored_responses (
+    owner TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    background BOOLEAN NOT NULL,
+    body BYTEA NOT NULL,
+    history BYTEA NOT NULL,
+    root TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (owner, response_id)
+);
+CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses (expires_at);
 """
 
 _SESSION_COLUMNS = f"""
-    s.owner, s.session_id, s.gen_id, s.status, s.how, s.named, s.replica,
+    s.owner, s.session_id, s.gen_id, s.status, s.how, s.named, s.replica, s.dialect,
     (r.heartbeat_at IS NOT NULL AND r.heartbeat_at >= {NOW} - $1::float8) AS fresh,
     CASE WHEN s.status = 'ended' THEN s.count
          ELSE COALESCE((SELECT MAX(c.last_idx) + 1 FROM stream_chunks c WHERE c.gen_id = s.gen_id), 0) END AS stored
@@ -68,12 +96,12 @@ _SESSION_COLUMNS = f"""
 """
 
 _UPSERT_GENERATION = f"""
-INSERT INTO stream_sessions (owner, session_id, gen_id, status, named, replica, created_at, updated_at)
-VALUES ($1, $2, $3, 'live', $4, $5, {NOW}, {NOW})
+INSERT INTO stream_sessions (owner, session_id, gen_id, status, named, replica, dialect, created_at, updated_at)
+VALUES ($1, $2, $3, 'live', $4, $5, $6, {NOW}, {NOW})
 ON CONFLICT (owner, session_id) DO UPDATE SET
     gen_id = excluded.gen_id, status = 'live', how = NULL, count = 0, named = excluded.named,
-    replica = excluded.replica, created_at = excluded.created_at, updated_at = excluded.updated_at,
-    listener_until = 0, cancel_requested = false
+    replica = excluded.replica, dialect = excluded.dialect, created_at = excluded.created_at,
+    updated_at = excluded.updated_at, listener_until = 0, cancel_requested = false
 """
 
 
@@ -173,7 +201,7 @@ class PostgresStore:
                     return False
                 await db.execute("DELETE FROM stream_chunks WHERE gen_id = $1", row["gen_id"])
             await db.execute(_UPSERT_GENERATION, generation.owner, generation.session_id, generation.gen_id,
-                             generation.named, self.replica)
+                             generation.named, self.replica, generation.dialect)
         self.commits += 1
         return True
 
@@ -188,7 +216,7 @@ class PostgresStore:
         async with self._pool.acquire() as db, db.transaction():
             if batch.generations:
                 await db.executemany(_UPSERT_GENERATION, [
-                    (g.owner, g.session_id, g.gen_id, g.named, self.replica) for g in batch.generations
+                    (g.owner, g.session_id, g.gen_id, g.named, self.replica, g.dialect) for g in batch.generations
                 ])
             touched = sorted({c.gen_id for c in batch.chunks} | {e.gen_id for e in batch.endings})
             if touched:
@@ -324,13 +352,65 @@ class PostgresStore:
                 f"DELETE FROM stream_replicas WHERE heartbeat_at < {NOW} - $1::float8 AND replica NOT IN "
                 "(SELECT replica FROM stream_sessions WHERE status = 'live')",
                 max(ttl_seconds, 10 * self.lease_seconds))
+            # Stored responses carry their own expiry (RESPONSES_RETENTION_SECONDS at creation).
+            await db.execute(f"DELETE FROM stored_responses WHERE expires_at < {NOW}")
         return removed
+
+    # --- stored responses (the Responses API) ----------------------------------------------------
+    async def save_response(self, record: StoredResponse) -> None:
+        async with self._pool.acquire() as db:
+            await db.execute(
+                "INSERT INTO stored_responses (owner, response_id, status, background, body, history, root, "
+                f"created_at, updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW}, $9) "
+                "ON CONFLICT (owner, response_id) DO UPDATE SET status = excluded.status, "
+                "background = excluded.background, body = excluded.body, history = excluded.history, "
+                "root = excluded.root, created_at = excluded.created_at, updated_at = excluded.updated_at, "
+                "expires_at = excluded.expires_at",
+                record.owner, record.response_id, record.status, record.background, _pack(record.body),
+                _pack(record.history), record.root, record.created_at, record.expires_at)
+        self.commits += 1
+
+    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
+                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
+        async with self._pool.acquire() as db:
+            result = await db.execute(
+                f"UPDATE stored_responses SET status = $1, body = $2, updated_at = {NOW} "
+                "WHERE owner = $3 AND response_id = $4 AND status = ANY($5::text[])",
+                status, _pack(body), owner, response_id, list(from_statuses))
+        self.commits += 1
+        return result == "UPDATE 1"
+
+    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        async with self._pool.acquire() as db:
+            row = await db.fetchrow(
+                "SELECT status, background, body, history, root, created_at, expires_at FROM stored_responses "
+                f"WHERE owner = $1 AND response_id = $2 AND expires_at >= {NOW}", owner, response_id)
+        if row is None:
+            return None
+        return StoredResponse(owner=owner, response_id=response_id, status=row["status"],
+                              background=row["background"], body=_unpack(row["body"]),
+                              history=_unpack(row["history"]), root=row["root"], created_at=row["created_at"],
+                              expires_at=row["expires_at"])
+
+    async def delete_response(self, owner: str, response_id: str) -> bool:
+        async with self._pool.acquire() as db:
+            result = await db.execute("DELETE FROM stored_responses WHERE owner = $1 AND response_id = $2",
+                                      owner, response_id)
+        return result == "DELETE 1"
 
     def _stored(self, row) -> StoredSession:
         alive = row["status"] == LIVE and row["replica"] != self.replica and row["fresh"]
         return StoredSession(owner=row["owner"], session_id=row["session_id"], gen_id=row["gen_id"],
                              status=row["status"], how=row["how"], count=row["stored"], named=row["named"],
-                             replica=row["replica"], producer_alive=bool(alive))
+                             replica=row["replica"], producer_alive=bool(alive), dialect=row["dialect"])
+
+
+def _pack(data: bytes) -> bytes:
+    return zlib.compress(data, 1)
+
+
+def _unpack(blob: bytes) -> bytes:
+    return zlib.decompress(bytes(blob))
 
 
 def _notify_payloads(gen_ids: set[int]) -> list[str]:

@@ -6,14 +6,17 @@ a lock (SQLite has one writer anyway); replays read through a second one, so
 a long replay never waits on the writer. Several gateway processes may share
 the file: a follower in another process polls for new events every
 ``poll_interval`` seconds, and cancel requests travel through a flag the
-producing process polls.
+producing process polls. Stored responses (the Responses API) live in the same file,
+compressed (a response object and its conversation repeat their field names).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
+import zlib
 from pathlib import Path
 
 import aiosqlite
@@ -21,9 +24,11 @@ import aiosqlite
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
     LIVE,
+    RUNNING_STATUSES,
     Batch,
     EndingFactory,
     NewGeneration,
+    StoredResponse,
     StoredSession,
     split_chunk_rows,
 )
@@ -42,6 +47,7 @@ CREATE TABLE IF NOT EXISTS stream_sessions (
     updated_at REAL NOT NULL,
     listener_until REAL NOT NULL DEFAULT 0,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    dialect TEXT NOT NULL DEFAULT 'openai',
     PRIMARY KEY (owner, session_id)
 );
 CREATE INDEX IF NOT EXISTS stream_sessions_by_status ON stream_sessions (status, updated_at);
@@ -57,22 +63,38 @@ CREATE TABLE IF NOT EXISTS stream_replicas (
     replica TEXT PRIMARY KEY,
     heartbeat_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS stored_responses (
+    owner TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    background INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    history BLOB NOT NULL,
+    root TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (owner, response_id)
+);
+CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses (expires_at);
 """
+# Columns added after the first release: a database created before them gets them at open.
+ADDED_COLUMNS = (("stream_sessions", "dialect", "TEXT NOT NULL DEFAULT 'openai'"),)
 
 _SESSION_COLUMNS = """
-    s.owner, s.session_id, s.gen_id, s.status, s.how, s.named, s.replica, r.heartbeat_at,
+    s.owner, s.session_id, s.gen_id, s.status, s.how, s.named, s.replica, r.heartbeat_at, s.dialect,
     CASE WHEN s.status = 'ended' THEN s.count
          ELSE COALESCE((SELECT MAX(c.last_idx) + 1 FROM stream_chunks c WHERE c.gen_id = s.gen_id), 0) END
     FROM stream_sessions s LEFT JOIN stream_replicas r ON r.replica = s.replica
 """
 
 _UPSERT_GENERATION = """
-INSERT INTO stream_sessions (owner, session_id, gen_id, status, named, replica, created_at, updated_at)
-VALUES (?, ?, ?, 'live', ?, ?, ?, ?)
+INSERT INTO stream_sessions (owner, session_id, gen_id, status, named, dialect, replica, created_at, updated_at)
+VALUES (?, ?, ?, 'live', ?, ?, ?, ?, ?)
 ON CONFLICT (owner, session_id) DO UPDATE SET
     gen_id = excluded.gen_id, status = 'live', how = NULL, count = 0, named = excluded.named,
-    replica = excluded.replica, created_at = excluded.created_at, updated_at = excluded.updated_at,
-    listener_until = 0, cancel_requested = 0
+    dialect = excluded.dialect, replica = excluded.replica, created_at = excluded.created_at,
+    updated_at = excluded.updated_at, listener_until = 0, cancel_requested = 0
 """
 
 
@@ -108,8 +130,22 @@ class SQLiteStore:
         self._writer = await self._connect()
         await self._writer.execute("PRAGMA journal_mode=WAL")
         await self._writer.executescript(SCHEMA)
+        await self._add_missing_columns()
         self._reader = await self._connect()
         await self.heartbeat()
+
+    async def _add_missing_columns(self) -> None:
+        """Additive migration of a database created by an earlier release (other processes may race us)."""
+        for table, column, declaration in ADDED_COLUMNS:
+            async with self._writer.execute(f"PRAGMA table_info({table})") as cursor:
+                present = {row[1] for row in await cursor.fetchall()}
+            if column in present:
+                continue
+            try:
+                await self._writer.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):
+                    raise
 
     async def _connect(self) -> aiosqlite.Connection:
         connection = await aiosqlite.connect(self.path, isolation_level=None)  # we BEGIN ourselves
@@ -161,7 +197,7 @@ class SQLiteStore:
                     raise _Refused
                 await db.execute("DELETE FROM stream_chunks WHERE gen_id = ?", (old_gen,))
             await db.execute(_UPSERT_GENERATION, (generation.owner, generation.session_id, generation.gen_id,
-                                                  int(generation.named), self.replica, now, now))
+                                                  int(generation.named), generation.dialect, self.replica, now, now))
 
     async def discard(self, gen_id: int) -> None:
         async with self._transaction() as db:
@@ -174,7 +210,8 @@ class SQLiteStore:
         async with self._transaction() as db:
             if batch.generations:
                 await db.executemany(_UPSERT_GENERATION, [
-                    (g.owner, g.session_id, g.gen_id, int(g.named), self.replica, now, now) for g in batch.generations
+                    (g.owner, g.session_id, g.gen_id, int(g.named), g.dialect, self.replica, now, now)
+                    for g in batch.generations
                 ])
             touched = sorted({c.gen_id for c in batch.chunks} | {e.gen_id for e in batch.endings})
             live: set[int] = set()
@@ -319,18 +356,67 @@ class SQLiteStore:
                 "(SELECT replica FROM stream_sessions WHERE status = 'live')",
                 (time.time() - max(ttl_seconds, 10 * self.lease_seconds),),
             )
+            # Stored responses carry their own expiry (RESPONSES_RETENTION_SECONDS at creation).
+            await db.execute("DELETE FROM stored_responses WHERE expires_at < ?", (time.time(),))
         return removed
+
+    # --- stored responses (the Responses API) --------------------------------------------------
+    async def save_response(self, record: StoredResponse) -> None:
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO stored_responses (owner, response_id, status, background, body, history, "
+                "root, created_at, updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.owner, record.response_id, record.status, int(record.background), _pack(record.body),
+                 _pack(record.history), record.root, record.created_at, time.time(), record.expires_at),
+            )
+
+    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
+                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
+        async with self._transaction() as db:
+            cursor = await db.execute(
+                "UPDATE stored_responses SET status = ?, body = ?, updated_at = ? WHERE owner = ? AND response_id = ? "
+                f"AND status IN ({','.join('?' * len(from_statuses))})",
+                (status, _pack(body), time.time(), owner, response_id, *from_statuses),
+            )
+            return cursor.rowcount == 1
+
+    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        async with self._reader.execute(
+            "SELECT status, background, body, history, root, created_at, expires_at FROM stored_responses "
+            "WHERE owner = ? AND response_id = ? AND expires_at >= ?", (owner, response_id, time.time()),
+        ) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        status, background, body, history, root, created_at, expires_at = row
+        return StoredResponse(owner=owner, response_id=response_id, status=status, background=bool(background),
+                              body=_unpack(body), history=_unpack(history), root=root, created_at=created_at,
+                              expires_at=expires_at)
+
+    async def delete_response(self, owner: str, response_id: str) -> bool:
+        async with self._transaction() as db:
+            cursor = await db.execute("DELETE FROM stored_responses WHERE owner = ? AND response_id = ?",
+                                      (owner, response_id))
+            return cursor.rowcount == 1
 
     # --- helpers ------------------------------------------------------------------------------
     def _alive(self, heartbeat: float | None, now: float) -> bool:
         return heartbeat is not None and heartbeat >= now - self.lease_seconds
 
     def _stored(self, row, now: float) -> StoredSession:
-        owner, session_id, gen_id, status, how, named, replica, heartbeat, count = row
+        owner, session_id, gen_id, status, how, named, replica, heartbeat, dialect, count = row
         # This replica's own live generations are in its memory: one found only here is an orphan.
         alive = status == LIVE and replica != self.replica and self._alive(heartbeat, now)
         return StoredSession(owner=owner, session_id=session_id, gen_id=gen_id, status=status, how=how,
-                             count=count, named=bool(named), replica=replica, producer_alive=alive)
+                             count=count, named=bool(named), replica=replica, producer_alive=alive, dialect=dialect)
+
+
+def _pack(data: bytes) -> bytes:
+    return zlib.compress(data, 1)
+
+
+def _unpack(blob: bytes) -> bytes:
+    return zlib.decompress(bytes(blob))
 
 
 def _resolve(future: asyncio.Future) -> None:

@@ -41,7 +41,7 @@ class RelayJSONResponse(Response):
         watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
             status, body = await ctx.engines.request_bytes(self.method, self.path, self.body_out,
-                                                           request_id=ctx.request_id, route=self.route)
+                                                           request_id=ctx.request_id, route=ctx.route(self.route))
         except asyncio.CancelledError:
             if watcher.disconnected and task.uncancel() == 0:
                 ctx.metrics.streams_ended.labels("client_disconnect").inc()

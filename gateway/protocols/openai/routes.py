@@ -57,7 +57,7 @@ class OpenAIRelay:
         ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
         response: Response
         if not prepared.stream:
-            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx)
+            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx, route=prepared.route)
         elif path == CHAT_PATH:
             call = self.stream_call(prepared)
             call.resume_from = resume_value(request.headers, request.query_params)
@@ -71,7 +71,7 @@ class OpenAIRelay:
                           relay_usage=prepared.client_wants_usage, session_id=prepared.session_id,
                           choices=prepared.choices,
                           model=prepared.payload.get("model") or self.core.engine_state.default_model,
-                          on_complete=on_complete)
+                          on_complete=on_complete, route=prepared.route, continuation=prepared.continuation)
 
     async def stream_chat_completion(self, scope: Scope, payload: dict, *, session_id: str | None = None,
                                      on_complete: CompletionHook | None = None) -> Response:

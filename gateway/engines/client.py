@@ -72,9 +72,14 @@ class EngineStream:
         self._fleet = fleet
         self.closed = False
         self._reported = False
-        # After the headers, the read timeout is the between-chunks silence limit.
+        # After the headers, the read timeout is the between-chunks silence limit, counted
+        # from now: the timer armed by the last bytes received still ran the first-byte
+        # timeout, so an engine that fell silent right after its first events would only be
+        # noticed UPSTREAM_FIRST_BYTE_TIMEOUT later.
         if response.connection is not None and response.connection.protocol is not None:
-            response.connection.protocol.read_timeout = chunk_timeout
+            protocol = response.connection.protocol
+            protocol.read_timeout = chunk_timeout
+            protocol.start_timeout()
 
     async def read(self) -> bytes:
         """The bytes that arrived since the last read (waiting for some); b"" once the stream ended."""

@@ -144,7 +144,10 @@ class GenerationResponse(Response):
                         engine = stream.engine.id if stream.engine is not None else "none"
                         ctx.metrics.engine_continuations.labels(engine, "diverged").inc()
                         break
-                    if call.continuation is None or switches >= ctx.engines.max_attempts - 1:
+                    if call.continuation is None:
+                        ctx.metrics.engine_continuations.labels("none", "not_continuable").inc()
+                        break
+                    if switches >= ctx.engines.max_attempts - 1:
                         break
                     switches += 1
                     stream, replayed, failure = await self._continue(stream, tracker, failure)

@@ -14,9 +14,9 @@ here is constant.) Counting its own requests between scrapes is what keeps a bur
 landing on one engine: each pick raises the score at once.
 
 Ejection: an engine that failed a request (refused, reset, 503, died or stalled mid-stream) gets
-no request for ``ENGINE_EJECT_SECONDS``, doubled for each failure in a row (at most a minute);
+no request for ``ENGINE_EJECT_SECONDS``, doubled for each ejection in a row (at most a minute);
 it is admitted again once that passed and its looks say it is ready. A request that succeeds
-ends the run of failures.
+ends the run of ejections.
 """
 
 from __future__ import annotations
@@ -132,11 +132,18 @@ class Engine:
         return time.monotonic() < self.ejected_until
 
     def eject(self, base_seconds: float, *, kind: str, message: str) -> float:
-        """No request for a while (longer for each failure in a row); returns the seconds."""
+        """No request for a while (longer for each ejection in a row); returns the seconds left.
+
+        Failures while already ejected (the requests that were open when the engine died, all
+        failing at once) are one incident: they neither extend nor double the ejection.
+        """
+        now = time.monotonic()
+        self.error_kind, self.last_error = kind, message
+        if now < self.ejected_until:
+            return self.ejected_until - now
         self.failures_in_a_row += 1
         seconds = min(EJECT_CAP_SECONDS, base_seconds * 2 ** min(self.failures_in_a_row - 1, 10))
-        self.ejected_until = max(self.ejected_until, time.monotonic() + seconds)
-        self.error_kind, self.last_error = kind, message
+        self.ejected_until = now + seconds
         return seconds
 
     def succeeded(self) -> None:

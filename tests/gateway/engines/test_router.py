@@ -148,11 +148,25 @@ def test_an_ejected_engine_gets_nothing_until_its_ejection_ends():
     assert r.pick(hints) is home
 
 
-def test_ejection_doubles_for_failures_in_a_row_and_a_success_resets_it():
+def test_ejection_doubles_for_ejections_in_a_row_and_a_success_resets_it():
     engine = Engine("http://e:1")
-    assert [engine.eject(5.0, kind="reset", message="") for _ in range(6)] == [5, 10, 20, 40, 60, 60]
+
+    def eject_after_the_last_ran_out() -> float:
+        engine.ejected_until = 0.0
+        return engine.eject(5.0, kind="reset", message="")
+
+    assert [eject_after_the_last_ran_out() for _ in range(6)] == [5, 10, 20, 40, 60, 60]
     engine.succeeded()
-    assert engine.eject(5.0, kind="reset", message="") == 5
+    assert eject_after_the_last_ran_out() == 5
+
+
+def test_failures_while_ejected_are_one_incident():
+    engine = Engine("http://e:1")
+    first = engine.eject(5.0, kind="reset", message="")
+    until = engine.ejected_until
+    for _ in range(5):  # the other requests that were open on it fail at the same moment
+        assert engine.eject(5.0, kind="disconnected", message="") <= first
+    assert engine.ejected_until == until and engine.failures_in_a_row == 1
 
 
 def test_with_every_engine_ejected_the_one_back_first_is_used_rather_than_refusing():

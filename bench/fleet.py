@@ -43,7 +43,7 @@ import aiohttp
 import orjson
 import psutil
 
-from bench.cpu import _machine_busy, _self_cpu
+from bench.cpu import _machine_busy, _self_cpu, wait_until_quiet
 from bench.loadgen import Scenario
 from bench.machine import REPO_ROOT, machine_info
 from bench.procs import (
@@ -437,6 +437,49 @@ async def measure_cpu(*, rounds: int, duration: float, tmp: Path) -> dict:
             await stop_server(server)
 
 
+# --- 3b. routing's own cost, in process -----------------------------------------------------------------
+def routing_cost(*, rounds: int, iterations: int) -> dict:
+    """CPU time of what routing adds to a request, measured in this process (no network, no noise
+    from the other processes' scheduling): reading the body and filling the hints (``prepare``),
+    choosing the engine (``Router.pick``) and its bookkeeping, for one engine and for fleets."""
+    from gateway.config import Settings
+    from gateway.engines.client import EngineClient
+    from gateway.engines.state import EngineState
+    from gateway.protocols.openai.prepare import CHAT_PATH, parse_body, prepare
+
+    body = orjson.dumps({"model": "fake-model", "max_tokens": 16, "messages": [
+        {"role": "system", "content": SYSTEM_SENTENCE * 20}, {"role": "user", "content": "Which keeper saw most?"}]})
+
+    def setup(urls: list[str]):
+        settings = Settings(vllm_base_urls=urls, routing_policy="prefix")
+        client = EngineClient(settings)
+        state = EngineState(settings, client)
+        for engine in client.fleet:
+            engine.ready, engine.models = True, ["fake-model"]
+        state.served_models = ["fake-model"]
+        return client, state
+
+    setups = {"1 engine": setup(["http://127.0.0.1:1"]),
+              "2 engines": setup([f"http://127.0.0.1:{port}" for port in (1, 2)]),
+              "8 engines": setup([f"http://127.0.0.1:{port}" for port in range(1, 9)])}
+
+    def one_request(client, state) -> None:
+        prepared = prepare(body, parse_body(body), path=CHAT_PATH, engine=state, resumable=True)
+        engine = client.router.pick(prepared.route)
+        engine.counters.requests.inc()
+        engine.inflight += 1
+        engine.inflight -= 1
+
+    samples: dict[str, list[float]] = {name: [] for name in setups}
+    for _ in range(rounds):
+        for name, (client, state) in setups.items():
+            started = time.process_time_ns()
+            for _ in range(iterations):
+                one_request(client, state)
+            samples[name].append((time.process_time_ns() - started) / iterations / 1000)
+    return {name: median_or_none(values) for name, values in samples.items()}
+
+
 # --- the report -------------------------------------------------------------------------------------
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
@@ -482,6 +525,15 @@ def write_report(results: dict) -> None:
                   f"| {fault['requests']} | {fault['failed']} | {fault['streams_interrupted']:.0f} | "
                   f"{fault['streams_continued']:.0f} | {fault['retried_before_first_byte']:.0f} | "
                   f"{fault['answers_differing_from_reference']} of {fault['answers_compared']} |", ""]
+    routing = results.get("routing_cost")
+    if routing:
+        lines += ["## What routing costs per request, in process", "",
+                  "Reading the body and filling the hints (`prepare`), choosing the engine (`Router.pick`, prefix "
+                  "policy, a 2 KB system prompt) and its bookkeeping, measured as this process's CPU time (medians "
+                  "of interleaved rounds; no network, so other processes' load does not enter the figure):", "",
+                  "| engines | CPU per request |", "|---|---:|"]
+        lines += [f"| {name} | {value:.1f} us |" for name, value in routing.items()]
+        lines.append("")
     cpu = results.get("cpu")
     if cpu:
         lines += ["## Gateway CPU per request, routing on vs the single-engine relay (fake engines)", "",
@@ -519,6 +571,10 @@ async def main_async(args) -> None:
                      "plan": {"rounds": args.rounds, "conversations": args.conversations, "turns": args.turns,
                               "concurrency": args.concurrency, "answer_tokens": args.answer_tokens},
                      "workloads": WORKLOAD_TEXT}
+    busy = await wait_until_quiet(max_wait=args.quiet_wait)
+    if busy is not None:
+        results["machine_busy_before_start"] = busy
+        print(f"machine {100 * busy:.0f}% busy with other work at the start", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name:
         tmp = Path(tmp_name)
         if not args.skip_engines:
@@ -548,6 +604,8 @@ async def main_async(args) -> None:
                 for engine in engines:
                     await engine.stop()
         if not args.skip_cpu:
+            results["routing_cost"] = routing_cost(rounds=args.cpu_rounds, iterations=2000 if args.quick else 20000)
+            print(f"routing cost in process: {results['routing_cost']}", flush=True)
             print("gateway CPU per request (fake engines):", flush=True)
             results["cpu"] = await measure_cpu(rounds=args.cpu_rounds, duration=args.cpu_duration, tmp=tmp)
     write_report(results)
@@ -564,6 +622,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--answer-tokens", type=int, default=32)
     parser.add_argument("--skip-engines", action="store_true", help="only the CPU comparison")
     parser.add_argument("--skip-cpu", action="store_true", help="only the real-engine parts")
+    parser.add_argument("--quiet-wait", type=float, default=None,
+                        help="seconds to wait for the shared machine to calm down first [600; --quick: 0]")
     args = parser.parse_args(argv)
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)
@@ -571,6 +631,7 @@ def main(argv: list[str] | None = None) -> None:
     args.turns = args.turns or (2 if quick else 6)
     args.cpu_rounds = 1 if quick else 5
     args.cpu_duration = 0.5 if quick else 2.0
+    args.quiet_wait = args.quiet_wait if args.quiet_wait is not None else (0 if quick else 600)
 
     import uvloop
 

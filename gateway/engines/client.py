@@ -48,7 +48,7 @@ from gateway.engines.errors import (
 )
 from gateway.engines.fleet import Fleet
 from gateway.engines.router import Router
-from gateway.engines.routing import RouteHints
+from gateway.engines.routing import RouteHints, openai_hints
 from gateway.http.timing import add_engine_wait
 
 IDLE_CONNECTION_SECONDS = 4.0
@@ -318,11 +318,14 @@ class EngineClient:
                         route: RouteHints | None = None) -> dict:
         """POST a JSON payload; the decoded JSON answer, or an EngineError.
 
-        Without hints, the payload's ``model`` routes it (only engines serving it qualify).
+        Without hints, they are read from the payload (an OpenAI-shaped body: its ``model``,
+        ``user`` and prompt prefix), so callers that build requests themselves (the code API,
+        features) are routed like the OpenAI routes.
         """
         if route is None:
             model = payload.get("model")
-            route = RouteHints(model=model if isinstance(model, str) else None)
+            route = openai_hints(payload, model=model if isinstance(model, str) else None,
+                                 with_prefix=self.router.uses_prefix)
         status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id,
                                                 route=route)
         return self._decode(status, body)

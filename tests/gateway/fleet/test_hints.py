@@ -82,3 +82,23 @@ async def test_the_affinity_header_wins_and_keeps_a_client_on_one_engine():
             answer = await client.post("/v1/chat/completions", json=body, headers={"x-session-affinity": "tenant-7"})
             assert answer.status_code == 200
         assert sorted(engine.requests for engine in engines) == [0, 10]
+
+
+async def test_requests_the_gateway_builds_itself_are_routed_by_their_payload():
+    """The code API's /tokenize and /v1/chat/completions for one conversation go to one engine."""
+    async with fake_fleet(2) as engines:
+        settings = fleet_settings(engines)
+        client = EngineClient(settings)
+        state = EngineState(settings, client)
+        await client.start()
+        try:
+            await state.refresh()
+            conversation = [{"role": "user", "content": "Write a binary search function"}]
+            for i in range(6):
+                await client.post_json("/v1/chat/completions", {"model": "fake-model", "max_tokens": 2,
+                                                                "messages": conversation})
+                conversation = [*conversation, {"role": "assistant", "content": "ok"},
+                                {"role": "user", "content": f"again {i}"}]
+        finally:
+            await client.close()
+        assert sorted(engine.requests for engine in engines) == [0, 6]

@@ -2,7 +2,7 @@
 
     python -m bench.fleet                 # everything (~15-25 min here); results in bench/results/fleet.*
     python -m bench.fleet --quick         # a smoke run (small workload, one round)
-    options: --rounds N --conversations N --turns N --concurrency N --skip-engines --skip-cpu
+    options: --rounds N --conversations N --turns N --concurrency N --parts policies,fault,cpu
 
 1. Policies. Two vLLM CPU engines (``launch_vllm.sh``, embedded model, one core each) behind one
    gateway per policy (``prefix``, ``round_robin``, ``least_load``). Two multi-turn chat
@@ -32,9 +32,11 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import tempfile
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,15 +82,28 @@ class Workload:
     turns: int
     answer_tokens: int
     concurrency: int          # conversations at a time (each one's turns in order)
+    # A user reads the answer before the next turn: up to this many seconds (a fixed pseudo-random
+    # sequence per conversation). Without it, conversations run in lockstep and round robin sends
+    # each one's turns to the same engine whenever the concurrency is even (measured: that made
+    # round robin look like affinity), which real traffic does not do.
+    think_seconds: float = 0.3
 
+    # The salt opens each prompt once (a different first block makes every later block's hash
+    # differ too), as a fixed-length tag, so every run's prompts have the same token counts.
     def system(self, salt: str) -> str:
-        return f"[{salt}] " + SYSTEM_SENTENCE * self.system_sentences
+        return f"[run {tag(salt)}] " + SYSTEM_SENTENCE * self.system_sentences
 
     def opening(self, conversation: int, salt: str) -> str:
-        lines = "".join(DOCUMENT_SENTENCE.format(conversation=f"{salt}-{conversation}", line=line,
+        lines = "".join(DOCUMENT_SENTENCE.format(conversation=conversation, line=line,
                                                  weather=("calm", "stormy", "foggy")[line % 3], ships=line * 7 % 13)
                         for line in range(self.document_sentences))
-        return f"{lines}Question {conversation}: which keeper saw the most ships?"
+        question = f"Question {conversation}: which keeper saw the most ships?"
+        return f"[document {tag(f'{salt}-{conversation}')}] {lines}{question}"
+
+
+def tag(text: str) -> str:
+    """A fixed-length tag for ``text`` (8 hex digits)."""
+    return f"{zlib.crc32(text.encode()):08x}"
 
 
 @dataclass
@@ -236,7 +251,10 @@ async def converse(session, url: str, workload: Workload, conversation: int, sal
                    *, streamed: bool, session_prefix: str | None = None, on_request=None) -> None:
     messages = [{"role": "system", "content": workload.system(salt)},
                 {"role": "user", "content": workload.opening(conversation, salt)}]
+    thinking = random.Random(conversation)
     for index in range(workload.turns):
+        if index:
+            await asyncio.sleep(thinking.uniform(0, workload.think_seconds))
         body = {"model": MODEL, "messages": messages, "max_tokens": workload.answer_tokens, "temperature": 0,
                 "ignore_eos": True, "stream": streamed}
         if streamed:
@@ -257,21 +275,19 @@ async def run_workload(url: str, workload: Workload, salt: str, *, streamed_shar
                        session_prefix: str | None = None, on_request=None) -> tuple[RunRecord, float]:
     record = RunRecord()
     gate = asyncio.Semaphore(workload.concurrency)
-    streamed_below = int(workload.conversations * streamed_share)
+    every = round(1 / streamed_share) if streamed_share else 0  # 0.5: every other conversation is streamed
 
     async def one(conversation: int) -> None:
         async with gate:
             await converse(session, url, workload, conversation, salt, record,
-                           streamed=conversation < streamed_below, session_prefix=session_prefix,
+                           streamed=bool(every) and conversation % every == 0, session_prefix=session_prefix,
                            on_request=on_request)
 
     connector = aiohttp.TCPConnector(limit=workload.concurrency + 8)
     started = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json", **AUTH},
                                      timeout=aiohttp.ClientTimeout(total=600)) as session:
-        # Interleaved so streamed and non-streamed conversations run side by side.
-        order = sorted(range(workload.conversations), key=lambda c: (c % 2, c))
-        await asyncio.gather(*(one(conversation) for conversation in order))
+        await asyncio.gather(*(one(conversation) for conversation in range(workload.conversations)))
     return record, time.perf_counter() - started
 
 
@@ -369,8 +385,11 @@ def counter_delta(before: dict, after: dict, prefix: str, outcome: str | None = 
 
 
 async def fault_run(engines: list[Engine], gateway: ServerProcess, workload: Workload) -> dict:
+    """Two clean runs of the same prompts (how far greedy answers reproduce at all, under this
+    concurrency), then the same run with one engine killed half-way."""
     url = gateway.base_url + "/v1/chat/completions"
     reference, _ = await run_workload(url, workload, "fault", streamed_share=0.5, session_prefix="reference")
+    again, _ = await run_workload(url, workload, "fault", streamed_share=0.5, session_prefix="again")
     total = workload.conversations * workload.turns
     done = 0
     killed: dict = {}
@@ -381,24 +400,32 @@ async def fault_run(engines: list[Engine], gateway: ServerProcess, workload: Wor
         if done == total // 2 and not killed:
             engines[1].kill()
             killed["at_request"] = done
-            killed["at"] = time.perf_counter()
 
     before = await gateway_counters(gateway)
     record, elapsed = await run_workload(url, workload, "fault", streamed_share=0.5, session_prefix="fault",
                                          on_request=on_request)
     after = await gateway_counters(gateway)
-    differing = sorted(key for key, answer in record.answers.items() if reference.answers.get(key) != answer)
+
+    def differing(run: RunRecord) -> list[str]:
+        return [f"{c}/{t}" for (c, t), answer in sorted(run.answers.items()) if reference.answers.get((c, t)) != answer]
+
     return {
         "requests": record.requests,
+        "streamed_share": 0.5,
         "failed": sum(record.errors.values()),
         "failures": dict(record.errors),
-        "reference_failed": sum(reference.errors.values()),
+        "clean_runs_failed": sum(reference.errors.values()) + sum(again.errors.values()),
         "killed_after_requests": killed.get("at_request"),
         "streams_continued": counter_delta(before, after, "gateway_engine_continuations_total", "continued"),
         "streams_interrupted": counter_delta(before, after, "gateway_engine_continuations_total"),
+        "continuation_outcomes": {name: after[name] - before.get(name, 0.0) for name in after
+                                  if name.startswith("gateway_engine_continuations_total")},
         "retried_before_first_byte": counter_delta(before, after, "gateway_engine_retries_total"),
         "answers_compared": len(record.answers),
-        "answers_differing_from_reference": len(differing),
+        "answers_differing_from_reference": len(differing(record)),
+        "differing": differing(record),
+        "clean_answers_differing": len(differing(again)),
+        "clean_differing": differing(again),
         "elapsed_s": elapsed,
     }
 
@@ -427,9 +454,13 @@ async def measure_cpu(*, rounds: int, duration: float, tmp: Path) -> dict:
                                             duration=duration, warmup=0.3, load_servers=fakes)
             medians = {name: aggregate(runs) for name, runs in raw.items()}
             single, fleet = (medians[name]["server_cpu_us_per_request"] for name in gateways)
-            out[scenario.key] = {"medians": medians, "fleet_over_single": fleet / single if single else None}
+            # Each round's fleet run against the same round's single-engine run, then the median.
+            paired = median_or_none([f["server_cpu_us_per_request"] / s_["server_cpu_us_per_request"]
+                                     for s_, f in zip(*raw.values(), strict=True)
+                                     if s_["server_cpu_us_per_request"] and f["server_cpu_us_per_request"]])
+            out[scenario.key] = {"medians": medians, "fleet_over_single": paired, "rounds": raw}
             print(f"  {scenario.key:14s} CPU/request: single {single:7.1f} us, fleet {fleet:7.1f} us "
-                  f"({fleet / single:.3f}x); others' CPU "
+                  f"(paired ratio {paired:.3f}x); others' CPU "
                   f"{100 * (medians['single engine']['others_cpu_share'] or 0):.0f}%", flush=True)
         return out
     finally:
@@ -517,13 +548,18 @@ def write_report(results: dict) -> None:
     fault = results.get("fault")
     if fault:
         lines += ["## Fault run: one engine killed half-way", "",
-                  f"The shared-system workload through the prefix gateway, half the conversations streamed in named "
-                  f"sessions; engine 2 SIGKILLed after {fault['killed_after_requests']} of {fault['requests']} "
-                  "requests.", "",
-                  "| requests | failed | streams interrupted | streams continued | retried before the first byte | "
-                  "answers differing from the clean run |", "|---:|---:|---:|---:|---:|---:|",
-                  f"| {fault['requests']} | {fault['failed']} | {fault['streams_interrupted']:.0f} | "
-                  f"{fault['streams_continued']:.0f} | {fault['retried_before_first_byte']:.0f} | "
+                  f"The shared-system prompts with {results['plan'].get('fault_answer_tokens', '?')}-token answers "
+                  "through the prefix gateway, every other conversation streamed in named sessions. Two clean runs of "
+                  "the same prompts first (the reference answers, and how far greedy answers reproduce at all under "
+                  f"this load), then the same run with engine 2 SIGKILLed after {fault['killed_after_requests']} of "
+                  f"{fault['requests']} requests.", "",
+                  "| run | requests | failed | streams interrupted | streams continued | retried before the first byte "
+                  "| answers differing from the reference |", "|---|---:|---:|---:|---:|---:|---:|",
+                  f"| clean, again | {fault['requests']} | {fault['clean_runs_failed']} | - | - | - | "
+                  f"{fault['clean_answers_differing']} of {fault['answers_compared']} |",
+                  f"| one engine killed | {fault['requests']} | {fault['failed']} | "
+                  f"{fault['streams_interrupted']:.0f} | {fault['streams_continued']:.0f} | "
+                  f"{fault['retried_before_first_byte']:.0f} | "
                   f"{fault['answers_differing_from_reference']} of {fault['answers_compared']} |", ""]
     routing = results.get("routing_cost")
     if routing:
@@ -558,18 +594,29 @@ WORKLOAD_TEXT = {
 }
 
 
+class _Done(Exception):
+    """No more real-engine parts to run."""
+
+
 def workloads_for(args) -> list[Workload]:
     common = dict(conversations=args.conversations, turns=args.turns, answer_tokens=args.answer_tokens,
                   concurrency=args.concurrency)
     return [Workload("shared-system", system_sentences=60, document_sentences=0, **common),
-            Workload("own-context", system_sentences=4, document_sentences=40, **common)]
+            Workload("own-context", system_sentences=4, document_sentences=100, **common)]
+
+
+def fault_workload(args) -> Workload:
+    """The shared-system workload with longer answers, so streams are open when the engine dies."""
+    return Workload("fault", system_sentences=60, document_sentences=0, conversations=args.conversations,
+                    turns=args.turns, answer_tokens=args.fault_answer_tokens, concurrency=args.concurrency)
 
 
 async def main_async(args) -> None:
     raise_fd_limit()
     results: dict = {"machine": machine_info(), "quick": args.quick,
                      "plan": {"rounds": args.rounds, "conversations": args.conversations, "turns": args.turns,
-                              "concurrency": args.concurrency, "answer_tokens": args.answer_tokens},
+                              "concurrency": args.concurrency, "answer_tokens": args.answer_tokens,
+                              "fault_answer_tokens": args.fault_answer_tokens},
                      "workloads": WORKLOAD_TEXT}
     busy = await wait_until_quiet(max_wait=args.quiet_wait)
     if busy is not None:
@@ -577,7 +624,7 @@ async def main_async(args) -> None:
         print(f"machine {100 * busy:.0f}% busy with other work at the start", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name:
         tmp = Path(tmp_name)
-        if not args.skip_engines:
+        if {"policies", "fault"} & set(args.parts):
             cores = sorted(os.sched_getaffinity(0))
             placement = [cores[0], cores[1]] if len(cores) >= 2 else [None, None]
             print("starting two engines (launch_vllm.sh, embedded model) ...", flush=True)
@@ -592,18 +639,23 @@ async def main_async(args) -> None:
                                                   "SESSION_STORE": "memory"}, tmp=tmp)
                 usage = Usage([engine.tree.cpu_seconds for engine in engines]
                               + [server.cpu_seconds for server in gateways.values()])
-                print("routing policies:", flush=True)
-                results["policies"] = await measure_policies(engines, gateways, workloads_for(args), args.rounds,
-                                                             usage)
+                if "policies" in args.parts:
+                    print("routing policies:", flush=True)
+                    results["policies"] = await measure_policies(engines, gateways, workloads_for(args), args.rounds,
+                                                                 usage)
+                if "fault" not in args.parts:
+                    raise _Done
                 print("fault run:", flush=True)
-                results["fault"] = await fault_run(engines, gateways["prefix"], workloads_for(args)[0])
+                results["fault"] = await fault_run(engines, gateways["prefix"], fault_workload(args))
                 print(f"  {results['fault']}", flush=True)
+            except _Done:
+                pass
             finally:
                 for server in gateways.values():
                     await stop_server(server)
                 for engine in engines:
                     await engine.stop()
-        if not args.skip_cpu:
+        if "cpu" in args.parts:
             results["routing_cost"] = routing_cost(rounds=args.cpu_rounds, iterations=2000 if args.quick else 20000)
             print(f"routing cost in process: {results['routing_cost']}", flush=True)
             print("gateway CPU per request (fake engines):", flush=True)
@@ -620,11 +672,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--answer-tokens", type=int, default=32)
-    parser.add_argument("--skip-engines", action="store_true", help="only the CPU comparison")
-    parser.add_argument("--skip-cpu", action="store_true", help="only the real-engine parts")
+    parser.add_argument("--parts", default="policies,fault,cpu",
+                        help="comma-separated: policies, fault (both start two engines), cpu [all three]")
+    parser.add_argument("--fault-answer-tokens", type=int, default=256)
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="seconds to wait for the shared machine to calm down first [600; --quick: 0]")
     args = parser.parse_args(argv)
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)
     args.conversations = args.conversations or (4 if quick else 32)

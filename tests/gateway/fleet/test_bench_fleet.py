@@ -47,12 +47,13 @@ def test_the_report_shows_each_part(tmp_path, monkeypatch):
                                                                      "ttft_p50_ms": 20.0}}},
         "fault": {"killed_after_requests": 2, "requests": 4, "failed": 0, "streams_interrupted": 1,
                   "streams_continued": 1, "retried_before_first_byte": 2, "answers_differing_from_reference": 0,
-                  "answers_compared": 4},
+                  "answers_compared": 4, "clean_runs_failed": 0, "clean_answers_differing": 1},
         "routing_cost": {"1 engine": 8.0, "2 engines": 16.0},
     }
     bench.write_report(results)
     text = (tmp_path / "fleet.md").read_text()
     assert "| prefix | 50.0% | 10.0 ms | 20.0 ms | 900 | 0 | 10.0% |" in text
     assert "prefix / round robin: hit rate 2.00x, TTFT p50 0.50x." in text
-    assert "| 4 | 0 | 1 | 1 | 2 | 0 of 4 |" in text
+    assert "| one engine killed | 4 | 0 | 1 | 1 | 2 | 0 of 4 |" in text
+    assert "| clean, again | 4 | 0 | - | - | - | 1 of 4 |" in text
     assert "| 2 engines | 16.0 us |" in text

@@ -548,7 +548,8 @@ def write_report(results: dict) -> None:
     fault = results.get("fault")
     if fault:
         lines += ["## Fault run: one engine killed half-way", "",
-                  f"The shared-system prompts with {results['plan'].get('fault_answer_tokens', '?')}-token answers "
+                  f"The shared-system prompts with {results['plan'].get('fault_answer_tokens', '?')}-token answers, "
+                  f"{2 * results['plan']['concurrency']} conversations at a time, "
                   "through the prefix gateway, every other conversation streamed in named sessions. Two clean runs of "
                   "the same prompts first (the reference answers, and how far greedy answers reproduce at all under "
                   f"this load), then the same run with engine 2 SIGKILLed after {fault['killed_after_requests']} of "
@@ -606,9 +607,10 @@ def workloads_for(args) -> list[Workload]:
 
 
 def fault_workload(args) -> Workload:
-    """The shared-system workload with longer answers, so streams are open when the engine dies."""
+    """The shared-system workload with longer answers and twice the conversations at a time, so
+    several streams are open on the engine when it dies."""
     return Workload("fault", system_sentences=60, document_sentences=0, conversations=args.conversations,
-                    turns=args.turns, answer_tokens=args.fault_answer_tokens, concurrency=args.concurrency)
+                    turns=args.turns, answer_tokens=args.fault_answer_tokens, concurrency=2 * args.concurrency)
 
 
 async def main_async(args) -> None:

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # --- the engine fleet (docs/fleet.md) ---------------------------------------
     # Several engines: "URL" or "URL|KEY" items (KEY: that engine's own API key, else
     # VLLM_API_KEY). Set, it replaces VLLM_BASE_URL; VLLM_DNS_URL replaces both.
-    vllm_base_urls: CommaList = Field(default_factory=list)
+    vllm_base_urls: CommaList = Field(default_factory=list, repr=False)  # may hold keys
     # "http://NAME:PORT": every address NAME resolves to is an engine (a Kubernetes headless
     # Service), re-resolved every VLLM_DNS_REFRESH_SECONDS.
     vllm_dns_url: str = ""

@@ -40,8 +40,6 @@ from gateway.engines.errors import (
     STALLED,
     BadGateway,
     EngineError,
-    EngineHTTPError,
-    EngineTimeout,
     EngineUnavailable,
     parse_error_body,
     translate_client_error,
@@ -49,76 +47,16 @@ from gateway.engines.errors import (
 from gateway.engines.fleet import Fleet
 from gateway.engines.router import Router
 from gateway.engines.routing import RouteHints, openai_hints
+from gateway.engines.stream import EngineStream, Refused
 from gateway.http.timing import add_engine_wait
+
+__all__ = ["EngineClient", "EngineStream"]
 
 IDLE_CONNECTION_SECONDS = 4.0
 MODELS_PATH = "/v1/models"
 # Failures that say the engine is broken (not merely slow or refusing one request): eject it.
 EJECTING = RETRYABLE | {HTTP_503, STALLED, ENDED_EARLY}
 RETRIED = RETRYABLE | {HTTP_503}
-
-
-class EngineStream:
-    """An open streamed response from one engine: raw bytes as they arrive."""
-
-    __slots__ = ("response", "_content", "status", "engine", "_fleet", "closed", "_reported")
-
-    def __init__(self, response: aiohttp.ClientResponse, chunk_timeout: float, engine: Engine | None = None,
-                 fleet: Fleet | None = None) -> None:
-        self.response = response
-        self._content = response.content
-        self.status = response.status
-        self.engine = engine  # which engine streams it (the fleet counts its open requests)
-        self._fleet = fleet
-        self.closed = False
-        self._reported = False
-        # After the headers, the read timeout is the between-chunks silence limit, counted
-        # from now: the timer armed by the last bytes received still ran the first-byte
-        # timeout, so an engine that fell silent right after its first events would only be
-        # noticed UPSTREAM_FIRST_BYTE_TIMEOUT later.
-        if response.connection is not None and response.connection.protocol is not None:
-            protocol = response.connection.protocol
-            protocol.read_timeout = chunk_timeout
-            protocol.start_timeout()
-
-    async def read(self) -> bytes:
-        """The bytes that arrived since the last read (waiting for some); b"" once the stream ended."""
-        try:
-            return await self._content.readany()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            error = translate_client_error(exc)
-            if isinstance(error, EngineTimeout):
-                error = EngineTimeout(error.message, kind=STALLED)
-            if not self.closed:  # (a stream the gateway closed itself fails its reads: not the engine's fault)
-                self.broke(error.kind, error.message)
-            raise error from exc
-
-    def broke(self, kind: str, message: str) -> None:
-        """The engine failed this stream (died, stalled, stopped early): it is ejected for a while."""
-        if self._fleet is not None and self.engine is not None and not self._reported:
-            self._reported = True
-            self._fleet.failed(self.engine, kind, message)
-
-    async def refusal(self) -> EngineHTTPError | None:
-        """The engine's HTTP error when it refused the request (the stream is closed then)."""
-        if self.status < 400:
-            return None
-        try:
-            body = await self.response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise translate_client_error(exc) from exc
-        finally:
-            self.close()
-        return parse_error_body(self.status, body)
-
-    def close(self) -> None:
-        """Close the connection at once: the engine sees the disconnect and aborts."""
-        if self.closed:
-            return
-        self.closed = True
-        self.response.close()
-        if self.engine is not None and self._fleet is not None:
-            self.engine.inflight -= 1
 
 
 class EngineClient:
@@ -310,7 +248,7 @@ class EngineClient:
                     engine = following
                     continue
                 # No other engine: the client gets this engine's 503 (the stream reads as refused).
-                return EngineStream(_Refused(503, body_503), self.chunk_timeout, engine, self.fleet)
+                return EngineStream(Refused(503, body_503), self.chunk_timeout, engine, self.fleet)
             engine.succeeded()
             return EngineStream(response, self.chunk_timeout, engine, self.fleet)
 
@@ -373,24 +311,3 @@ class EngineClient:
         if not isinstance(data, dict):
             raise BadGateway("the inference engine returned unexpected JSON")
         return data
-
-
-class _Refused:
-    """A response already read and closed (a 503 relayed when no other engine could take the
-    stream), shaped like the part of ``aiohttp.ClientResponse`` ``EngineStream`` uses."""
-
-    connection = None
-
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status = status
-        self._body = body
-        self.content = self
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def readany(self) -> bytes:
-        return b""
-
-    def close(self) -> None:
-        return None

@@ -14,8 +14,9 @@ from typing import Protocol
 
 from starlette.responses import Response
 
-from gateway.engines.client import EngineClient, EngineStream
+from gateway.engines.client import EngineClient
 from gateway.engines.routing import NO_HINTS, RouteHints
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import ErrorShape
 from gateway.http.metrics import Metrics
 from gateway.relay.continuation import Continuation

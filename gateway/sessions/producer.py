@@ -35,9 +35,9 @@ from dataclasses import dataclass, replace
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.engines.client import EngineStream
 from gateway.engines.errors import ENDED_EARLY
 from gateway.engines.routing import NO_HINTS
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import GatewayError, send_error
 from gateway.relay.channel import ClientChannel
 from gateway.relay.context import RelayContext, StreamCall

@@ -379,6 +379,19 @@ async def gateway_counters(gateway: ServerProcess) -> dict[str, float]:
     return counters
 
 
+def stream_outcomes(before: dict, after: dict) -> dict:
+    """Streams cut by the engine's death, and what became of them. ``continued`` counts each switch
+    to another engine; ``diverged`` a continued stream whose new engine then produced other text
+    (it ended with an explicit error event), so it is counted in both."""
+    name = "gateway_engine_continuations_total"
+    switched = counter_delta(before, after, name, "continued")
+    diverged = counter_delta(before, after, name, "diverged")
+    gave_up = sum(counter_delta(before, after, name, outcome) for outcome in ("no_engine", "refused",
+                                                                             "not_continuable"))
+    return {"streams_interrupted": switched + gave_up, "streams_continued": switched - diverged,
+            "streams_diverged": diverged, "streams_not_continued": gave_up}
+
+
 def counter_delta(before: dict, after: dict, prefix: str, outcome: str | None = None) -> float:
     return sum(value - before.get(name, 0.0) for name, value in after.items()
                if name.startswith(prefix) and (outcome is None or f'outcome="{outcome}"' in name))
@@ -416,8 +429,7 @@ async def fault_run(engines: list[Engine], gateway: ServerProcess, workload: Wor
         "failures": dict(record.errors),
         "clean_runs_failed": sum(reference.errors.values()) + sum(again.errors.values()),
         "killed_after_requests": killed.get("at_request"),
-        "streams_continued": counter_delta(before, after, "gateway_engine_continuations_total", "continued"),
-        "streams_interrupted": counter_delta(before, after, "gateway_engine_continuations_total"),
+        **stream_outcomes(before, after),
         "continuation_outcomes": {name: after[name] - before.get(name, 0.0) for name in after
                                   if name.startswith("gateway_engine_continuations_total")},
         "retried_before_first_byte": counter_delta(before, after, "gateway_engine_retries_total"),
@@ -425,6 +437,7 @@ async def fault_run(engines: list[Engine], gateway: ServerProcess, workload: Wor
         "answers_differing_from_reference": len(differing(record)),
         "differing": differing(record),
         "clean_answers_differing": len(differing(again)),
+        "clean_answers_compared": len(again.answers),
         "clean_differing": differing(again),
         "elapsed_s": elapsed,
     }
@@ -554,12 +567,15 @@ def write_report(results: dict) -> None:
                   "the same prompts first (the reference answers, and how far greedy answers reproduce at all under "
                   f"this load), then the same run with engine 2 SIGKILLed after {fault['killed_after_requests']} of "
                   f"{fault['requests']} requests.", "",
-                  "| run | requests | failed | streams interrupted | streams continued | retried before the first byte "
-                  "| answers differing from the reference |", "|---|---:|---:|---:|---:|---:|---:|",
-                  f"| clean, again | {fault['requests']} | {fault['clean_runs_failed']} | - | - | - | "
-                  f"{fault['clean_answers_differing']} of {fault['answers_compared']} |",
+                  "| run | requests | failed | streams interrupted | continued to the end | diverged (error event) "
+                  "| not continued | retried before the first byte | answers differing from the reference |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+                  f"| clean, again | {fault['requests']} | {fault['clean_runs_failed']} | - | - | - | - | - | "
+                  f"{fault['clean_answers_differing']} of "
+                  f"{fault.get('clean_answers_compared', fault['answers_compared'])} |",
                   f"| one engine killed | {fault['requests']} | {fault['failed']} | "
                   f"{fault['streams_interrupted']:.0f} | {fault['streams_continued']:.0f} | "
+                  f"{fault['streams_diverged']:.0f} | {fault['streams_not_continued']:.0f} | "
                   f"{fault['retried_before_first_byte']:.0f} | "
                   f"{fault['answers_differing_from_reference']} of {fault['answers_compared']} |", ""]
     routing = results.get("routing_cost")
@@ -677,9 +693,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default="policies,fault,cpu",
                         help="comma-separated: policies, fault (both start two engines), cpu [all three]")
     parser.add_argument("--fault-answer-tokens", type=int, default=256)
+    parser.add_argument("--report-only", action="store_true", help="rewrite fleet.md from fleet.json")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="seconds to wait for the shared machine to calm down first [600; --quick: 0]")
     args = parser.parse_args(argv)
+    if args.report_only:
+        results = json.loads((RESULTS_DIR / "fleet.json").read_text())
+        if "fault" in results and "continuation_outcomes" in results["fault"]:
+            outcomes = results["fault"]["continuation_outcomes"]
+            results["fault"].update(stream_outcomes({}, outcomes))
+        write_report(results)
+        return
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 3)

@@ -45,15 +45,20 @@ def test_the_report_shows_each_part(tmp_path, monkeypatch):
         "workloads": bench.WORKLOAD_TEXT,
         "policies": {"shared-system": {"prefix": row, "round_robin": {**row, "hit_rate": 0.25,
                                                                      "ttft_p50_ms": 20.0}}},
-        "fault": {"killed_after_requests": 2, "requests": 4, "failed": 0, "streams_interrupted": 1,
-                  "streams_continued": 1, "retried_before_first_byte": 2, "answers_differing_from_reference": 0,
-                  "answers_compared": 4, "clean_runs_failed": 0, "clean_answers_differing": 1},
+        "fault": {"killed_after_requests": 2, "requests": 4, "failed": 1, "retried_before_first_byte": 2,
+                  "answers_differing_from_reference": 0, "answers_compared": 4, "clean_runs_failed": 0,
+                  "clean_answers_differing": 1,
+                  **bench.stream_outcomes({}, {
+                      'gateway_engine_continuations_total{engine="b",outcome="continued"}': 3.0,
+                      'gateway_engine_continuations_total{engine="b",outcome="diverged"}': 1.0,
+                      'gateway_engine_continuations_total{engine="none",outcome="no_engine"}': 1.0})},
         "routing_cost": {"1 engine": 8.0, "2 engines": 16.0},
     }
     bench.write_report(results)
     text = (tmp_path / "fleet.md").read_text()
     assert "| prefix | 50.0% | 10.0 ms | 20.0 ms | 900 | 0 | 10.0% |" in text
     assert "prefix / round robin: hit rate 2.00x, TTFT p50 0.50x." in text
-    assert "| one engine killed | 4 | 0 | 1 | 1 | 2 | 0 of 4 |" in text
-    assert "| clean, again | 4 | 0 | - | - | - | 1 of 4 |" in text
+    # 4 streams cut: 3 switched to another engine (one of them then diverged), 1 found no engine.
+    assert "| one engine killed | 4 | 1 | 4 | 2 | 1 | 1 | 2 | 0 of 4 |" in text
+    assert "| clean, again | 4 | 0 | - | - | - | - | - | 1 of 4 |" in text
     assert "| 2 engines | 16.0 us |" in text

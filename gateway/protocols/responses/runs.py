@@ -27,7 +27,7 @@ import orjson
 from starlette.types import Scope
 
 from gateway.core import Core
-from gateway.engines.client import EngineStream
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.timing import EngineWait
 from gateway.protocols.responses.dialect import TERMINAL_TYPES, ResponsesDialect, ResponsesRun, lifecycle_response

@@ -94,7 +94,7 @@ class BackgroundRuns:
         try:
             with EngineWait(scope):
                 stream = await core.engines.open_stream(RESPONSES_PATH, request.engine_body,
-                                                        request_id=ctx.request_id, route=request.route)
+                                                        request_id=ctx.request_id, route=ctx.route(request.route))
             if stream.status >= 400:
                 raise await stream.refusal()
             record = request.record(owner, self.retention, status="queued", body=orjson.dumps(request.queued_object()))

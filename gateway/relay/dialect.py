@@ -28,7 +28,7 @@ class StreamResult:
     usage: dict | None = None       # {"prompt_tokens": n, "completion_tokens": m}
     how: str = "completed"          # completed | client_disconnect | cancelled | error
     error: str | None = None
-    content_events: int = 0
+    content_events: int | None = 0  # None: not counted by the tracker (the caller's log knows)
 
     def estimated_usage(self) -> dict | None:
         """For streams cut before the engine reported usage: one content event per decoded token.
@@ -37,7 +37,7 @@ class StreamResult:
         events is the completion tokens generated before the abort. Prompt tokens are
         unknown then and not counted.
         """
-        if self.content_events == 0:
+        if not self.content_events:
             return None
         return {"prompt_tokens": 0, "completion_tokens": self.content_events}
 
@@ -62,8 +62,9 @@ class StreamTracker(Protocol):
 class StreamDialect(Protocol):
     name: str
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool) -> StreamTracker:
-        """A tracker for one stream. ``relay_usage``: the client asked for the usage event."""
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> StreamTracker:
+        """A tracker for one stream. ``relay_usage``: the client asked for the usage event;
+        ``count_events`` false: the caller counts the events itself (a tracker may still)."""
 
     def error_events(self, message: str, code: str) -> list[bytes]:
         """The events that end a stream in error, after it started (e.g. error event + [DONE])."""

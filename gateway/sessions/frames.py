@@ -25,9 +25,24 @@ def frame(prefix: bytes, index: int, event: bytes) -> bytes:
     return b"".join((prefix, str(index).encode(), b"\n", event, SEPARATOR))
 
 
+# "<index>\n" for the first indices, made once: framing is the one per-event step of a
+# session, and joining ready parts costs about half of formatting each frame (measured).
+INDEX_LINES = tuple(b"%d\n" % index for index in range(4096))
+
+
 def frames(prefix: bytes, start: int, events: list[bytes]) -> list[bytes]:
     """``events`` framed with consecutive indices from ``start``."""
+    if start + len(events) <= len(INDEX_LINES):
+        join, lines = b"".join, INDEX_LINES
+        return [join((prefix, lines[index], event, SEPARATOR)) for index, event in enumerate(events, start)]
     return [b"%s%d\n%s\n\n" % (prefix, index, event) for index, event in enumerate(events, start)]
+
+
+def framed_block(prefix: bytes, index: int, block: bytes) -> bytes:
+    """One event that already ends in its blank line, framed at ``index``."""
+    if index < len(INDEX_LINES):
+        return b"".join((prefix, INDEX_LINES[index], block))
+    return b"%s%d\n%s" % (prefix, index, block)
 
 
 def split_frames(blob: bytes) -> list[bytes]:

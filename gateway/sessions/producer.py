@@ -46,7 +46,7 @@ from gateway.relay.dialect import StreamResult, StreamTracker
 from gateway.relay.opening import open_watching
 from gateway.relay.pump import pump, settle
 from gateway.relay.sse import SEPARATOR, split_events
-from gateway.sessions.frames import frames
+from gateway.sessions.frames import framed_block, frames
 from gateway.sessions.generation import CLIENT_DISCONNECTED, FENCED, SHUTDOWN, STOP_HOW, Generation
 from gateway.sessions.ids import SESSION_HEADER
 
@@ -78,8 +78,8 @@ class GenerationSink:
     async def write(self, block: bytes) -> None:
         generation = self.generation
         log_ = generation.log
-        if block.count(SEPARATOR) == 1:  # one event per engine read, the common case: no split
-            framed = [b"%s%d\n%s" % (generation.prefix, log_.next_index, block)]
+        if block.find(SEPARATOR) == len(block) - 2:  # one event per engine read, the common case: no split
+            framed = [framed_block(generation.prefix, log_.next_index, block)]
             body = framed[0]
             if generation.first_event is None:
                 generation.first_event = block[:-2]
@@ -108,7 +108,8 @@ class GenerationResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         generation, call, ctx, hooks = self.generation, self.call, self.ctx, self.hooks
         generation.task = asyncio.current_task()
-        tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None)
+        tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None,
+                                       count_events=False)
         sink = GenerationSink(generation, hooks.on_frames)
         client_here = True
 
@@ -260,13 +261,16 @@ class GenerationResponse(Response):
         how, events, message = _ending(generation, tracker, failure)
         if how == "error" and generation.stop_reason is None:
             ctx.metrics.upstream_errors.labels("stream_broken").inc()
-        framed = frames(generation.prefix, generation.log.next_index, events)
+        logged = generation.log.next_index  # the engine's events (and what replaced them on another engine)
+        framed = frames(generation.prefix, logged, events)
         generation.ended(how, framed)
         self.hooks.on_frames(generation)
         self.hooks.on_end(generation)
         if channel is not None:
             await channel.close(b"".join(framed))
         result = tracker.result()
+        if result.content_events is None:  # not counted by the tracker: every logged event, for an estimate
+            result.content_events = logged
         result.how = how
         if message is not None:
             result.error = message

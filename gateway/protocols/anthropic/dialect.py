@@ -100,7 +100,7 @@ class AnthropicTracker:
 class AnthropicDialect:
     name = "anthropic"
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool) -> AnthropicTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> AnthropicTracker:
         return AnthropicTracker(collect_text=collect_text)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

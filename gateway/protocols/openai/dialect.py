@@ -29,14 +29,22 @@ def error_event(message: str, *, type: str = "upstream_error", code: str | None 
     return b"data: " + orjson.dumps({"error": {"message": message, "type": type, "param": None, "code": code}})
 
 
-class OpenAITracker:
-    __slots__ = ("ended", "_relay_usage", "_collect_text", "_result", "_parts")
+def _last_two_events(block: bytes) -> int:
+    """Where the last two events of ``block`` (whole events, each ending in a blank line) start."""
+    end_of_third_last = block.rfind(SEPARATOR, 0, max(0, block.rfind(SEPARATOR, 0, len(block) - 2)))
+    return end_of_third_last + len(SEPARATOR) if end_of_third_last >= 0 else 0
 
-    def __init__(self, *, relay_usage: bool, collect_text: bool) -> None:
+
+class OpenAITracker:
+    __slots__ = ("ended", "_relay_usage", "_collect_text", "_count_events", "_result", "_parts")
+
+    def __init__(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> None:
         self.ended = False
         self._relay_usage = relay_usage
         self._collect_text = collect_text
-        self._result = StreamResult()
+        # A session's log counts its events itself: it splits every block anyway.
+        self._count_events = count_events
+        self._result = StreamResult(content_events=0 if count_events else None)
         self._parts: list[str] = []
 
     def accept(self, block: bytes) -> bytes:
@@ -44,18 +52,24 @@ class OpenAITracker:
             kept = self.accept_events(split_events(block))
             return SEPARATOR.join(kept) + SEPARATOR if kept else b""
         # Most reads carry content chunks only: nothing to read in them, nothing to change.
-        # Only the events from the first usage or [DONE] mark on are read one by one (a read
-        # that coalesced a whole stream would otherwise cost a Python step per event). JSON
-        # escapes the quotes of a string, so '"usage":{' only marks a real usage field; a
-        # "data: [DONE]" inside a content string costs a few more events read, nothing else.
-        marks = [at for at in (block.find(b'"usage":{'), block.find(DONE)) if at >= 0]
-        if not marks:
-            self._result.content_events += block.count(SEPARATOR)
+        # vLLM's usage-only chunk and [DONE] are a stream's last two events, so a block
+        # holds them only among its own last two: look there, not through a block that may
+        # have coalesced a whole stream (a scan of every byte per read).
+        tail = block[_last_two_events(block):]
+        if b'"usage":{' not in tail and DONE not in tail:
+            if self._count_events:
+                self._result.content_events += block.count(SEPARATOR)
             return block
+        # The stream's last events (or every event, with continuous usage stats): read one by
+        # one from the first mark on. JSON escapes the quotes of a string, so '"usage":{'
+        # only marks a real usage field; a "data: [DONE]" inside a content string costs a
+        # few more events read, nothing else.
+        marks = [at for at in (block.find(b'"usage":{'), block.find(DONE)) if at >= 0]
         previous_end = block.rfind(SEPARATOR, 0, min(marks))
         cut = previous_end + len(SEPARATOR) if previous_end >= 0 else 0
         head = block[:cut]
-        self._result.content_events += head.count(SEPARATOR)
+        if self._count_events:
+            self._result.content_events += head.count(SEPARATOR)
         kept = self.accept_events(split_events(block[cut:]))
         return head + SEPARATOR.join(kept) + SEPARATOR if kept else head
 
@@ -85,7 +99,8 @@ class OpenAITracker:
                     continue
             if kept is not events:
                 kept.append(event)
-            result.content_events += 1
+            if self._count_events:
+                result.content_events += 1
             if self._collect_text:
                 self._read_choice(event)
         return kept
@@ -118,8 +133,8 @@ class OpenAITracker:
 class OpenAIDialect:
     name = "openai"
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool) -> OpenAITracker:
-        return OpenAITracker(relay_usage=relay_usage, collect_text=collect_text)
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> OpenAITracker:
+        return OpenAITracker(relay_usage=relay_usage, collect_text=collect_text, count_events=count_events)
 
     def error_events(self, message: str, code: str) -> list[bytes]:
         return [error_event(message, code=code), DONE]

@@ -167,7 +167,7 @@ class ResponsesDialect:
     def __init__(self, run: ResponsesRun) -> None:
         self.run = run
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool) -> ResponsesTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> ResponsesTracker:
         return ResponsesTracker(self.run)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.http.errors import GatewayError
 from gateway.protocols.openai.dialect import DONE, OPENAI
-from gateway.sessions.frames import frame, frames, id_prefix, pack_frames, split_frames, unpack_frames
+from gateway.sessions.frames import frame, framed_block, frames, id_prefix, pack_frames, split_frames, unpack_frames
 from gateway.sessions.ids import new_session_id, parse_last_event_id
 from gateway.sessions.log import EventLog
 from gateway.sessions.store.base import Batch, Chunk, Ending, NewGeneration
@@ -170,3 +170,10 @@ async def test_expiry_never_removes_a_live_generation(two_replicas):
     assert removed == 1
     assert await a.load("k", "done") is None
     assert (await a.load("k", "live")).live
+
+
+def test_frames_carry_consecutive_ids_across_the_table_of_ready_index_lines():
+    framed = frames(b"id: s:", 4094, [b"data: a", b"data: b", b"data: c"])
+    assert framed == [b"id: s:4094\ndata: a\n\n", b"id: s:4095\ndata: b\n\n", b"id: s:4096\ndata: c\n\n"]
+    assert framed_block(b"id: s:", 7, b"data: x\n\n") == b"id: s:7\ndata: x\n\n"
+    assert framed_block(b"id: s:", 123456, b"data: x\n\n") == b"id: s:123456\ndata: x\n\n"

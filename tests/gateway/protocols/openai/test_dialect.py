@@ -47,3 +47,11 @@ def test_nothing_after_done_is_relayed():
     tracker = OpenAITracker(relay_usage=True, collect_text=False)
     assert tracker.accept(block(CONTENT, b"data: [DONE]", CONTENT)) == block(CONTENT, b"data: [DONE]")
     assert tracker.ended
+
+
+def test_a_tracker_told_not_to_count_leaves_the_count_to_its_caller():
+    tracker = OpenAITracker(relay_usage=False, collect_text=False, count_events=False)
+    assert tracker.accept(block(CONTENT, CONTENT, USAGE_ONLY, b"data: [DONE]")) == block(CONTENT, CONTENT,
+                                                                                      b"data: [DONE]")
+    assert tracker.ended and tracker.result().content_events is None
+    assert tracker.result().usage == {"prompt_tokens": 1}

@@ -86,6 +86,30 @@ def json_error_bytes(path: str, error: GatewayError) -> bytes:
     return orjson.dumps({"detail": error.message})
 
 
+def _json_bytes(content: object) -> bytes:
+    """``content`` as JSON, with integers beyond 64 bits (which orjson refuses) written as strings.
+
+    A validation error echoes the client's input, so a body with ``"limit": 10**20`` must
+    still render as a 422 instead of failing inside the error handler (a 500).
+    """
+    try:
+        return orjson.dumps(content, default=str)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(_big_ints_as_strings(content), default=str)
+
+
+def _big_ints_as_strings(value: object) -> object:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _big_ints_as_strings(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_big_ints_as_strings(item) for item in value]
+    return value
+
+
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     """A readable message that names the offending field(s), and the first field's name."""
     parts = []
@@ -108,7 +132,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if not is_openai_path(request.url.path):
             detail = exc.detail
             return Response(
-                orjson.dumps({"detail": detail}),
+                _json_bytes({"detail": detail}),
                 status_code=exc.status_code,
                 media_type="application/json",
                 headers=getattr(exc, "headers", None),
@@ -123,7 +147,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(request.url.path, GatewayError(400, message, param=param))
         # FastAPI's own 422 shape: a list of errors, each with its field location.
         return Response(
-            orjson.dumps({"detail": exc.errors()}, default=str),
+            _json_bytes({"detail": exc.errors()}),
             status_code=422,
             media_type="application/json",
         )

@@ -69,6 +69,9 @@ def _configure_sqlite(dbapi_connection, _record) -> None:
 def create_engine(url: str, **kwargs) -> AsyncEngine:
     """An async engine for ``url``, configured for its database."""
     url = normalize_url(url)
+    # Bound values (emails, chat text, names) stay out of exception messages and so out of
+    # error logs; the statement itself is still shown.
+    kwargs.setdefault("hide_parameters", True)
     if database_kind(url) == "sqlite":
         engine = _create_async_engine(url, **kwargs)
         event.listen(engine.sync_engine, "connect", _configure_sqlite)

@@ -28,6 +28,7 @@ from marketplace.schemas import (
     PAGE_LIMIT_MAX,
     PRICE_MAX,
     QUERY_MAX,
+    SEARCH_OFFSET_MAX,
     AISearchOut,
     AISearchRequest,
     ChatOut,
@@ -52,6 +53,7 @@ router = APIRouter(prefix="/api", tags=["marketplace"])
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
+SearchOffset = Annotated[int, Query(ge=0, le=SEARCH_OFFSET_MAX)]
 
 
 # --- suppliers and products ------------------------------------------------------------
@@ -97,7 +99,7 @@ async def search_products(
     category: Annotated[str | None, Query(max_length=64)] = None,
     in_stock: bool = False,
     limit: Limit = 20,
-    offset: Offset = 0,
+    offset: SearchOffset = 0,
     sort: Literal["nearest", "price_asc", "price_desc"] = "nearest",
     fallback: bool = True,
 ) -> SearchOut:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -42,6 +43,9 @@ PREFERENCES_MAX_BYTES = 4096
 CHAT_MESSAGE_MAX = 4000
 QUERY_MAX = 500
 PAGE_LIMIT_MAX = 100
+# Deepest page reachable by offset: deeper pages are read with a cursor, which costs the same
+# at any depth (an offset makes the database produce and drop every row before it).
+SEARCH_OFFSET_MAX = 10_000
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in both databases
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -328,7 +332,7 @@ class AISearchRequest(Input):
     radius_km: float | None = Field(None, gt=0, le=20_000)
     in_stock: StrictBool = True
     limit: int = Field(20, ge=1, le=PAGE_LIMIT_MAX)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=SEARCH_OFFSET_MAX)
 
     _location = field_validator("location", mode="before")(_location_from_text)
 
@@ -366,6 +370,17 @@ class ChatRequest(Input):
     stream: StrictBool = False
 
     _location = field_validator("location", mode="before")(_location_from_text)
+
+    @field_validator("message")
+    @classmethod
+    def _bounded_after_normalisation(cls, value: str) -> str:
+        # The prompt builder NFKC-normalises the message, which can expand a character up to
+        # 18-fold (U+FDFA); the limit must hold for the text that reaches the parser and engine.
+        normalised = len(unicodedata.normalize("NFKC", value))
+        if normalised > CHAT_MESSAGE_MAX:
+            raise ValueError(f"message must be at most {CHAT_MESSAGE_MAX} characters after Unicode "
+                             f"NFKC normalisation (this one has {normalised})")
+        return value
 
     @field_validator("session_id")
     @classmethod

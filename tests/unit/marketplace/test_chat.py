@@ -124,6 +124,13 @@ async def test_another_users_session_is_refused(client, fake_engine):
     assert len(fake_engine.received) == 1
 
 
+async def test_a_message_at_the_limit_after_normalisation_is_accepted(client, fake_engine):
+    user = await add_user(client)
+    message = "\ufdfa" * (4000 // 18) + "x" * (4000 % 18)  # exactly 4,000 characters once NFKC-normalised
+    response = await chat(client, user_id=user["id"], message=message)
+    assert response.status_code == 200, response.text
+
+
 async def test_unknown_user_is_404_and_disabled_ai_is_403(client, fake_engine):
     response = await chat(client, user_id=999, message="halo")
     assert response.status_code == 404 and response.json()["detail"].startswith("user_id:")
@@ -140,6 +147,8 @@ async def test_unknown_user_is_404_and_disabled_ai_is_403(client, fake_engine):
     [
         ({"message": ""}, "message"),
         ({"message": "x" * 4001}, "message"),
+        # 300 characters that NFKC expands 18-fold, to 5,400: the limit holds after normalisation.
+        ({"message": "\ufdfa" * 300}, "message"),
         ({"message": "hi", "session_id": "bad id!"}, "session_id"),
         ({"message": "hi", "session_id": "s" * 129}, "session_id"),
         ({"message": "hi", "location": {"lat": 91, "lng": 0}}, "lat"),

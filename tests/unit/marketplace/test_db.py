@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import traceback
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from geopy.distance import geodesic
-from sqlalchemy import inspect, text
+from sqlalchemy import insert, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from marketplace.db import create_engine, database_kind, migrate, normalize_url
 from marketplace.geodesy import vincenty_km
 from marketplace.migrations.runner import VERSION_TABLE
-from marketplace.models import Base
+from marketplace.models import Base, User, utcnow
 from tests.unit.marketplace.support import database_url  # noqa: F401  (fixture)
 
 # Created by the PostgreSQL migration for search, on purpose not described by the models.
@@ -128,3 +130,23 @@ async def test_workers_starting_together_migrate_once(database_url):
     assert [p.returncode for p in processes] == [0, 0, 0], [err.decode()[-500:] for _, err in results]
     await asyncio.gather(migrate(database_url), migrate(database_url))  # and threads of one process
     assert await _differences(database_url) == []
+
+
+async def test_database_errors_carry_no_bound_values_into_logs(database_url):
+    """An email (or chat text) in a failing statement never reaches an exception message or traceback."""
+    await migrate(database_url)
+    engine = create_engine(database_url)
+    row = {"name": "Sari", "email": "sari.rahasia@example.com", "ai_access_enabled": True,
+           "preferences": {"catatan": "alamat rumah"}, "created_at": utcnow()}
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(insert(User), [row])
+        with pytest.raises(IntegrityError) as caught:
+            async with engine.begin() as connection:
+                await connection.execute(insert(User), [row])
+    finally:
+        await engine.dispose()
+    logged = "".join(traceback.format_exception(caught.value))
+    assert "users" in logged  # the statement is still there to debug with
+    for value in ("sari.rahasia@example.com", "alamat rumah", "Sari"):
+        assert value not in logged

@@ -7,7 +7,7 @@ from typing import Literal
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace import geo
+from marketplace import geo, taxonomy
 from marketplace.errors import invalid_field
 from marketplace.models import Product, Supplier
 from marketplace.query import parse_query
@@ -92,6 +92,12 @@ def search_criteria_from_query(
 ) -> SearchCriteria:
     """The criteria of GET /api/products/search (its words are searched as they are)."""
     refuse_nul(q=q, category=category)
+    category_path = None
+    if category is not None and category.strip():
+        try:
+            category_path = taxonomy.resolve(category)
+        except taxonomy.UnknownCategory as exc:
+            raise invalid_field("query", "category", str(exc)) from exc
     point = location_param(location)
     if radius_km is not None and point is None:
         raise invalid_field("query", "radius_km", "radius_km needs a location (lat,lng)")
@@ -101,7 +107,7 @@ def search_criteria_from_query(
         terms=normalise_terms(q.split()),
         min_price=min_price,
         max_price=max_price,
-        category=(category or "").strip().lower() or None,
+        category=category_path,
         location=point,
         radius_km=radius_km,
         in_stock=in_stock,
@@ -120,6 +126,7 @@ def criteria_from_parsed(
         min_price=parsed.min_price,
         max_price=parsed.max_price,
         category=parsed.category,
+        category_includes_parent=parsed.category is not None,
         location=location,
         radius_km=(radius_km or NEARBY_RADIUS_KM) if location is not None else None,
         in_stock=in_stock,

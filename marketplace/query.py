@@ -1,7 +1,7 @@
 """Understands a natural-language marketplace query: price bounds, place, category, tags, terms.
 
 "laptop gaming Jakarta budget 10 juta" -> terms ["laptop"], tags ["gaming"], category
-"elektronik", place Jakarta, max_price 10_000_000. The rules (README has the user-facing list):
+"elektronik/laptop", place Jakarta, max_price 10_000_000. The rules (docs/marketplace.md lists them):
 
 Amounts: a number (``10``, ``1,5`` and ``1.5`` are decimals; ``10.000.000`` and ``10,000,000``
 use thousand separators; ``1,500`` with no unit is 1500), optionally after ``Rp``/``Rp.``/``IDR``
@@ -282,7 +282,10 @@ def _understand_words(words: list[str]) -> tuple[list[str], str | None, list[str
             index += 1
             continue
         if found.kind in ("product", "label"):
-            category = category or found.value  # the head noun comes first in Indonesian
+            # The head noun comes first in Indonesian; a later word may only narrow it down
+            # ("elektronik laptop" is a laptop, "tas laptop" stays a bag).
+            if category is None or found.value.startswith(category + "/"):
+                category = found.value
         if found.kind == "product":
             terms.extend(words[index : index + found.length])
         elif found.kind == "tag" and found.value not in tags:

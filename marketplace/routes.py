@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from gateway.auth import PrincipalDep, WriterDep
-from marketplace import catalog, chat, conversations, users
+from marketplace import catalog, chat, conversations, taxonomy, users
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
@@ -31,6 +31,7 @@ from marketplace.schemas import (
     SEARCH_OFFSET_MAX,
     AISearchOut,
     AISearchRequest,
+    CategoryTree,
     ChatOut,
     ChatRequest,
     CompareOut,
@@ -56,7 +57,13 @@ Offset = Annotated[int, Query(ge=0, le=10**9)]
 SearchOffset = Annotated[int, Query(ge=0, le=SEARCH_OFFSET_MAX)]
 
 
-# --- suppliers and products ------------------------------------------------------------
+# --- categories, suppliers and products ------------------------------------------------
+
+
+@router.get("/categories")
+async def list_categories(_: PrincipalDep) -> CategoryTree:
+    """The category tree: what ``category`` may name when adding a product or filtering a search."""
+    return CategoryTree(categories=taxonomy.tree())
 
 
 @router.post("/suppliers/register", status_code=status.HTTP_201_CREATED)

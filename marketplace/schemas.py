@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from marketplace import geo
-from marketplace.categories import CATEGORIES
+from marketplace import taxonomy
 from marketplace.models import (
     ADDRESS_MAX,
     CATEGORY_MAX,
@@ -108,10 +108,28 @@ def _normalise_tags(tags: list[str]) -> list[str]:
 
 
 def _check_category(value: str) -> str:
-    value = value.strip().lower()
-    if value not in CATEGORIES:
-        raise ValueError(f"category must be one of: {', '.join(CATEGORIES)}")
-    return value
+    """The canonical path of a category path, slug, name or alias (UnknownCategory is a ValueError: 422)."""
+    return taxonomy.resolve(value)
+
+
+# --- categories -----------------------------------------------------------------
+
+
+class CategoryName(BaseModel):
+    id: str = Field(description="Indonesian name")
+    en: str = Field(description="English name")
+
+
+class CategoryOut(BaseModel):
+    path: str = Field(description="canonical path, as stored on products: elektronik or elektronik/laptop")
+    slug: str
+    name: CategoryName
+    aliases: list[str] = Field(description="other names a seller may send for it")
+    children: list[CategoryOut]
+
+
+class CategoryTree(BaseModel):
+    categories: list[CategoryOut]
 
 
 # --- suppliers -----------------------------------------------------------------

@@ -31,7 +31,7 @@ from sqlalchemy import Select, and_, case, func, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from marketplace import geo
+from marketplace import geo, taxonomy
 from marketplace.models import Product, Supplier
 
 MAX_TERMS = 10
@@ -52,7 +52,10 @@ class SearchCriteria:
     terms: tuple[str, ...] = ()
     min_price: int | None = None
     max_price: int | None = None
-    category: str | None = None
+    category: str | None = None  # a canonical path: matches it and every subcategory
+    # Also match products filed only under the category's top level: set when the category
+    # was inferred from a product noun ("laptop"), which stays a search term anyway.
+    category_includes_parent: bool = False
     location: geo.Point | None = None
     radius_km: float | None = None  # None: no distance limit
     in_stock: bool = False
@@ -201,7 +204,11 @@ def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
     if criteria.max_price is not None:
         conditions.append(Product.price <= criteria.max_price)
     if criteria.category:
-        conditions.append(Product.category == criteria.category)
+        paths = taxonomy.paths_under(criteria.category)
+        parent = taxonomy.NODES[criteria.category].parent
+        if criteria.category_includes_parent and parent is not None:
+            paths = (parent, *paths)
+        conditions.append(Product.category.in_(paths))
     if criteria.in_stock:
         conditions.append(Product.stock_quantity > 0)
     return conditions

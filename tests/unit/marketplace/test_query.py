@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marketplace.categories import CATEGORIES, PHRASES, PRODUCT_WORDS
+from marketplace import taxonomy
+from marketplace.categories import PHRASES
 from marketplace.gazetteer import Gazetteer, normalise
 from marketplace.query import MAX_PRICE, MAX_TERMS, ParsedQuery, parse_price, parse_query
 
@@ -236,7 +237,7 @@ def test_absurd_amounts_are_not_prices():
 
 def test_the_issue_example():
     parsed = parse("laptop gaming Jakarta budget 10 juta")
-    assert parsed.category == "elektronik"
+    assert parsed.category == "elektronik/laptop"
     assert parsed.tags == ["gaming"]
     assert parsed.place is not None and parsed.place.name == "Jakarta"
     assert (parsed.min_price, parsed.max_price) == (None, 10 * JUTA)
@@ -275,31 +276,33 @@ def test_a_price_is_read_before_places_so_di_bawah_is_not_a_place_cue():
 @pytest.mark.parametrize(
     "text,category",
     [
-        ("laptop", "elektronik"),
-        ("hp", "elektronik"),
-        ("handphone", "elektronik"),
-        ("smartphone", "elektronik"),
-        ("tv", "elektronik"),
-        ("kamera", "elektronik"),
-        ("rice cooker", "elektronik"),
-        ("baju", "fashion"),
-        ("sepatu", "fashion"),
-        ("tas", "fashion"),
-        ("jam tangan", "fashion"),
-        ("beras", "makanan"),
-        ("keripik pedas", "makanan"),
-        ("panci", "rumah-tangga"),
-        ("kursi kantor", "rumah-tangga"),
-        ("helm", "otomotif"),
-        ("oli motor", "otomotif"),
-        ("vitamin c", "kesehatan"),
-        ("masker", "kesehatan"),
-        ("sepatu lari", "olahraga"),  # the longer phrase wins over "sepatu"
-        ("raket", "olahraga"),
-        ("gitar", "hobi"),
-        ("batu akik", "hobi"),
-        ("tas laptop", "fashion"),  # the head noun comes first in Indonesian
-        ("obat", "kesehatan"),
+        ("laptop", "elektronik/laptop"),
+        ("notebook", "elektronik/laptop"),
+        ("hp", "elektronik/smartphone"),
+        ("handphone", "elektronik/smartphone"),
+        ("smartphone", "elektronik/smartphone"),
+        ("tv", "elektronik/tv"),
+        ("kamera", "elektronik/kamera"),
+        ("rice cooker", "elektronik/peralatan-rumah"),
+        ("baju", "fashion/pakaian"),
+        ("sepatu", "fashion/sepatu"),
+        ("tas", "fashion/tas"),
+        ("jam tangan", "fashion/jam-tangan"),
+        ("kopi", "makanan/kopi"),
+        ("beras", "makanan/bahan-pokok"),
+        ("keripik pedas", "makanan/camilan"),
+        ("panci", "rumah-tangga/dapur"),
+        ("kursi kantor", "rumah-tangga/furnitur"),
+        ("helm", "otomotif/helm"),
+        ("oli motor", "otomotif/oli"),
+        ("vitamin c", "kesehatan/vitamin"),
+        ("masker", "kesehatan/masker"),
+        ("sepatu lari", "olahraga/sepatu-olahraga"),  # the longer phrase wins over "sepatu"
+        ("raket", "olahraga/raket"),
+        ("gitar", "hobi/alat-musik"),
+        ("batu akik", "hobi/koleksi"),
+        ("tas laptop", "fashion/tas"),  # the head noun comes first in Indonesian
+        ("obat", "kesehatan/obat"),
         ("sesuatu", None),
     ],
 )
@@ -312,7 +315,8 @@ def test_categories_from_product_words(text, category):
 @pytest.mark.parametrize(
     "text,category",
     [("elektronik murah", "elektronik"), ("produk rumah tangga", "rumah-tangga"), ("hobi", "hobi"),
-     ("fashion wanita", "fashion"), ("makanan sehat", "makanan")],
+     ("fashion wanita", "fashion"), ("makanan sehat", "makanan"), ("alat musik", "hobi/alat-musik"),
+     ("household", "rumah-tangga"), ("home appliances", "elektronik/peralatan-rumah")],
 )
 def test_category_labels_set_the_category_but_are_not_terms(text, category):
     parsed = parse(text)
@@ -320,8 +324,15 @@ def test_category_labels_set_the_category_but_are_not_terms(text, category):
     assert not set(parsed.terms) & set(normalise(text).split()) - {"wanita", "sehat"}
 
 
-def test_every_category_has_product_words_and_all_phrases_are_normalised():
-    assert set(PRODUCT_WORDS) == set(CATEGORIES)
+def test_a_later_word_narrows_a_category_label_but_never_changes_it():
+    assert parse("elektronik laptop").category == "elektronik/laptop"
+    assert parse("laptop elektronik").category == "elektronik/laptop"
+    assert parse("fashion laptop").category == "fashion"
+
+
+def test_every_subcategory_has_product_words_and_all_phrases_are_normalised():
+    product_paths = {value for kind, value in PHRASES.values() if kind == "product"}
+    assert product_paths == {path for path, node in taxonomy.NODES.items() if node.parent}
     assert all(normalise(phrase) == phrase for phrase in PHRASES)
 
 
@@ -384,7 +395,7 @@ def test_as_dict_is_json_ready_and_shows_what_was_understood():
         "max_price": 3 * JUTA,
         "place": {"name": "Jakarta Selatan", "lat": -6.266, "lng": 106.813, "population": 2_226_812,
                   "admin": "DKI Jakarta", "source": "curated"},
-        "category": "elektronik",
+        "category": "elektronik/smartphone",
         "tags": ["bekas"],
         "sort": "price_asc",
     }
@@ -407,7 +418,7 @@ def _check_invariants(parsed: ParsedQuery) -> None:
         assert parsed.min_price <= parsed.max_price
     assert len(parsed.terms) <= MAX_TERMS
     assert all(term and term == term.lower() and " " not in term for term in parsed.terms)
-    assert parsed.category is None or parsed.category in CATEGORIES
+    assert parsed.category is None or parsed.category in taxonomy.NODES
     json.dumps(parsed.as_dict())
 
 

@@ -120,6 +120,7 @@ BIG_INTEGERS = {
     ("GET", "/api/users/{user_id}"): [("path", f"/api/users/{HUGE}", "user_id")],
     ("POST", "/api/chat"): [("json", {"user_id": HUGE, "message": "halo"}, "user_id")],
     ("GET", "/api/conversations/{conversation_id}"): [("path", f"/api/conversations/{HUGE}", "conversation_id")],
+    ("GET", "/api/categories"): [],  # takes no number
 }
 
 

@@ -2,7 +2,7 @@
 
 ``start(app, settings)`` runs the migrations, opens the engine, seeds the demo
 catalogue on a first start when ``SEED_DEMO_DATA`` is true (only into an
-empty catalogue), loads the offline gazetteer and keeps all of it on
+empty catalogue), loads the offline gazetteer and the search cursors' signing key, and keeps all of it on
 ``app.state.marketplace``; ``stop(app)`` closes the engine's connections.
 """
 
@@ -18,6 +18,7 @@ from fastapi import Depends, FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.config import Settings
+from marketplace.cursor import CursorSigner, load_signer
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.gazetteer import Gazetteer
 
@@ -29,6 +30,7 @@ class Marketplace:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     gazetteer: Gazetteer
+    cursors: CursorSigner
 
 
 async def start(app: FastAPI, settings: Settings) -> None:
@@ -43,10 +45,11 @@ async def start(app: FastAPI, settings: Settings) -> None:
             if created:
                 log.info("seeded the demo catalogue", extra={"suppliers": created[0], "products": created[1]})
         gazetteer = await asyncio.to_thread(Gazetteer.load)
+        cursors = await load_signer(sessions)
     except BaseException:
         await engine.dispose()
         raise
-    app.state.marketplace = Marketplace(engine=engine, sessions=sessions, gazetteer=gazetteer)
+    app.state.marketplace = Marketplace(engine=engine, sessions=sessions, gazetteer=gazetteer, cursors=cursors)
 
 
 async def stop(app: FastAPI) -> None:

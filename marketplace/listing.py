@@ -7,7 +7,8 @@ from typing import Literal
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace import geo, taxonomy
+from marketplace import geo, paging, taxonomy
+from marketplace.cursor import CursorSigner
 from marketplace.errors import invalid_field
 from marketplace.models import Product, Supplier
 from marketplace.query import parse_query
@@ -24,16 +25,16 @@ from marketplace.schemas import (
     SupplierSummary,
     has_nul,
 )
+from marketplace.nearest import nearby_suppliers
 from marketplace.search import (
     Hit,
     SearchCriteria,
     SearchPage,
     hits_for,
-    like_pattern,
-    nearby_suppliers,
     normalise_terms,
     search_products,
 )
+from marketplace.textmatch import like_pattern
 
 # A place named in a natural-language query means "around there".
 NEARBY_RADIUS_KM = 50.0
@@ -136,14 +137,16 @@ def criteria_from_parsed(
     )
 
 
-def search_out(page: SearchPage) -> dict:
+def search_out(page: SearchPage, *, next_cursor: str | None) -> dict:
     criteria = page.criteria
     location = criteria.location
     return dict(
         results=[hit_out(hit) for hit in page.hits],
         total=page.total,
+        total_exact=page.total_exact,
         limit=criteria.limit,
-        offset=criteria.offset,
+        offset=page.offset,
+        next_cursor=next_cursor,
         location=None if location is None else Location(lat=location.lat, lng=location.lng),
         radius_km=criteria.radius_km,
         terms=list(criteria.terms),
@@ -152,14 +155,21 @@ def search_out(page: SearchPage) -> dict:
     )
 
 
-async def run_search(*, session: AsyncSession, criteria: SearchCriteria, fallback: bool) -> SearchOut:
+async def run_search(*, session: AsyncSession, signer: CursorSigner, criteria: SearchCriteria, fallback: bool,
+                     cursor: str | None) -> SearchOut:
     """GET /api/products/search."""
-    page = await search_products(session=session, criteria=criteria, fallback=fallback)
-    return SearchOut(**search_out(page))
+    request = {"route": "search", "criteria": criteria.as_dict(), "fallback": fallback}
+    page, _ = await paging.search_page(session=session, signer=signer, criteria=criteria, fallback=fallback,
+                                       token=cursor, request=request, where="query")
+    following = paging.next_cursor(signer=signer, page=page, request=request)
+    return SearchOut(**search_out(page, next_cursor=following))
 
 
-async def run_ai_search(*, session: AsyncSession, gazetteer, body: AISearchRequest) -> AISearchOut:
+async def run_ai_search(*, session: AsyncSession, signer: CursorSigner, gazetteer, body: AISearchRequest) -> AISearchOut:
     """POST /api/products/ai-search: parse, then the same search; a place in the query wins over ``location``."""
+    request = {"route": "ai-search", "query": body.query,
+               "location": None if body.location is None else [body.location.lat, body.location.lng],
+               "radius_km": body.radius_km, "in_stock": body.in_stock}
     parsed = parse_query(body.query, gazetteer=gazetteer)
     if parsed.place is not None:
         location = parsed.place.point
@@ -169,8 +179,11 @@ async def run_ai_search(*, session: AsyncSession, gazetteer, body: AISearchReque
         parsed, location=location, radius_km=body.radius_km, in_stock=body.in_stock,
         limit=body.limit, offset=body.offset,
     )
-    page = await search_products(session=session, criteria=criteria)
-    return AISearchOut(query=body.query, parsed=parsed.as_dict(), **search_out(page))
+    page, repeated = await paging.search_page(session=session, signer=signer, criteria=criteria, fallback=True,
+                                              token=body.cursor, request=request, where="body")
+    shown = repeated or {"parsed": parsed.as_dict()}
+    following = paging.next_cursor(signer=signer, page=page, request=request, extra=shown)
+    return AISearchOut(query=body.query, **shown, **search_out(page, next_cursor=following))
 
 
 async def compare_offers(

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from gateway.auth import PrincipalDep, WriterDep
 from marketplace import catalog, chat, conversations, taxonomy, users
+from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
@@ -98,6 +99,7 @@ async def create_product(body: ProductCreate, _: WriterDep, session: SessionDep)
 async def search_products(
     _: PrincipalDep,
     session: SessionDep,
+    mp: MarketplaceDep,
     q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
     location: Annotated[str | None, Query(max_length=100, description="lat,lng")] = None,
     radius_km: Annotated[float | None, Query(gt=0, le=20_000)] = None,
@@ -109,19 +111,21 @@ async def search_products(
     offset: SearchOffset = 0,
     sort: Literal["nearest", "price_asc", "price_desc"] = "nearest",
     fallback: bool = True,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX_CHARS,
+                                        description="next_cursor of the previous page (instead of offset)")] = None,
 ) -> SearchOut:
     """Keyword search; nearest first when ``location`` is given. ``fallback=false`` disables relaxing."""
     criteria = search_criteria_from_query(
         q=q, location=location, radius_km=radius_km, min_price=min_price, max_price=max_price,
         category=category, in_stock=in_stock, limit=limit, offset=offset, sort=sort,
     )
-    return await run_search(session=session, criteria=criteria, fallback=fallback)
+    return await run_search(session=session, signer=mp.cursors, criteria=criteria, fallback=fallback, cursor=cursor)
 
 
 @router.post("/products/ai-search")
 async def ai_search(body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep) -> AISearchOut:
     """Natural-language search: the query is parsed into filters, then searched like /search."""
-    return await run_ai_search(session=session, gazetteer=mp.gazetteer, body=body)
+    return await run_ai_search(session=session, signer=mp.cursors, gazetteer=mp.gazetteer, body=body)
 
 
 @router.get("/products/compare")

@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from marketplace import geo
-from marketplace import taxonomy
+from marketplace import geo, taxonomy
+from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.models import (
     ADDRESS_MAX,
     CATEGORY_MAX,
@@ -334,9 +334,11 @@ class SearchHit(BaseModel):
 
 class SearchOut(BaseModel):
     results: list[SearchHit]
-    total: int
+    total: int = Field(description="matches, exact up to 1,000 (see total_exact)")
+    total_exact: bool = Field(description="false: there are more matches than total says")
     limit: int
-    offset: int
+    offset: int = Field(description="rows before this page")
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last page")
     location: Location | None
     radius_km: float | None = Field(description="the radius finally searched (null: unlimited)")
     terms: list[str]
@@ -351,6 +353,8 @@ class AISearchRequest(Input):
     in_stock: StrictBool = True
     limit: int = Field(20, ge=1, le=PAGE_LIMIT_MAX)
     offset: int = Field(0, ge=0, le=SEARCH_OFFSET_MAX)
+    cursor: str | None = Field(None, min_length=1, max_length=CURSOR_MAX_CHARS,
+                               description="next_cursor of the previous page (instead of offset)")
 
     _location = field_validator("location", mode="before")(_location_from_text)
 

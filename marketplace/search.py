@@ -1,45 +1,50 @@
-"""Product search: filters, ranked text matching, nearest-first order, graceful fallback.
+"""Product search: filters, ranked text, nearest-first order, fallback, pages by offset or by cursor.
 
 Semantics
-- Filters always hold: price bounds, category, in-stock, active suppliers only.
-- Text: a product matches a term when the term occurs (case-insensitively) in
-  its name, tags or description. Strictly, every term must occur. The score is
-  3 per term found in the name + 2 per term in the tags + 1 per term in the
-  description.
-- Order: with a location, nearest supplier first (WGS-84 geodesic distance,
-  computed in the database before LIMIT/OFFSET, so page 1 holds the nearest
-  matches), then score, then product id. Without a location: score, then id.
-  An explicit price sort ("murah" in a query, ``sort=price_asc``) puts price
-  first and keeps the rest as tie-breakers.
-- Distance in the database: SQLite calls ``geodesic_km`` (Vincenty, a Python
-  function registered on each connection by ``marketplace.db``) on the suppliers inside
-  a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
-  with ``earth_box(ll_to_earth(...)) @> ll_to_earth(lat, lng)`` on a GiST
-  index, then the migration's ``geodesic_km`` (the same Vincenty formula in
-  PL/pgSQL). Vincenty agrees with geopy's geodesic to far below a millimetre. Each supplier's distance is computed once (a
-  materialised CTE), not once per product. Both databases compute the distance
-  with the same formula (``marketplace.geodesy``).
+- Filters always hold: price bounds, category (a path: it and everything below it), in
+  stock, active suppliers only.
+- Text: ``marketplace.textmatch`` (partial words from three characters, whole words for two;
+  every term strictly, or any term; score 3 name / 2 tags / 1 description).
+- Order: with a location, nearest supplier first (the WGS-84 geodesic, computed in the
+  database before the page is cut, so page 1 holds the nearest matches), then score, then
+  product id; without one, score then id. ``price_asc``/``price_desc`` put price first.
+- Total: exact up to ``TOTAL_CAP`` matches; beyond, ``TOTAL_CAP`` with ``total_exact`` false
+  (counting half a million matches would cost more than the page; Elasticsearch and most
+  shop searches do the same).
+- Pages: ``offset`` (up to ``schemas.SEARCH_OFFSET_MAX``), or keyset: ``after`` the sort key of
+  the last row of the previous page (``marketplace.cursor`` carries it), which costs the
+  same at any depth and never skips or repeats a row while the catalogue stays as it was.
+
+How it stays fast (bench/marketplace_search.py, 1,000,000 products): the total is counted
+with ``LIMIT TOTAL_CAP + 1`` on the text indexes; a search with fewer matches than that
+computes distances only for the suppliers that have a match (``_text_first``); a broader one
+reads nearest-first pages ring by ring of distance (``_in_rings``), so the exact distance is
+computed for the suppliers near the page, not for all of them (``marketplace.nearest``).
 
 Fallback (when a search finds nothing, unless disabled): see ``_attempts``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
-from sqlalchemy import Select, and_, case, func, literal, or_, select
+from sqlalchemy import ARRAY, Integer, Select, and_, any_, func, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from marketplace import geo, taxonomy
+from marketplace import geo, nearest, taxonomy, textmatch
 from marketplace.models import Product, Supplier
 
 MAX_TERMS = 10
 MAX_TERM_LENGTH = 64
 MIN_TERM_LENGTH = 2
-# earth_box works on a sphere of radius 6378.168 km, which overstates some
-# geodesic distances by up to ~0.7 %; a 1 % wider box never misses a match.
-EARTH_BOX_MARGIN = 1.01
+TOTAL_CAP = 1000
+# Rings of distance for nearest-first pages (``_in_rings``): page 1 starts with this radius,
+# a later page with twice the distance its previous page spanned (at least RING_MIN_KM).
+RING_START_KM = 2.0
+RING_MIN_KM = 0.25
+RING_GROWTH = 4.0
 
 # Names of the relaxations, as reported in ``SearchPage.fallback``.
 ANY_TERM = "matched_any_term"
@@ -64,6 +69,36 @@ class SearchCriteria:
     match_all_terms: bool = True
     sort: str | None = None  # None: nearest (or relevance); "price_asc" / "price_desc": by price first
 
+    def as_dict(self) -> dict[str, Any]:
+        """What a cursor stores: everything but the page's limit and offset."""
+        values = asdict(self)
+        values.pop("limit"), values.pop("offset")
+        values["terms"] = list(self.terms)
+        values["location"] = None if self.location is None else [self.location.lat, self.location.lng]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, limit: int) -> SearchCriteria:
+        location = values.get("location")
+        return cls(**{**values, "terms": tuple(values["terms"]), "limit": limit, "offset": 0,
+                      "location": None if location is None else geo.Point(*location)})
+
+
+@dataclass(frozen=True)
+class After:
+    """The sort key of the last row of a page, and how many rows came up to it."""
+
+    distance: float | None
+    score: int
+    product_id: int
+    price: int
+    rows_before: int  # rows up to and including that one: the next page's offset
+    span_km: float = 0.0  # distance between the page's first and last rows: sizes the next ring
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"distance": self.distance, "score": self.score, "product_id": self.product_id, "price": self.price,
+                "span_km": self.span_km}
+
 
 @dataclass
 class Hit:
@@ -80,6 +115,9 @@ class SearchPage:
     total: int
     criteria: SearchCriteria  # what was finally searched, after any fallback
     fallback: list[str] = field(default_factory=list)
+    total_exact: bool = True
+    offset: int = 0  # rows before this page
+    next_after: After | None = None  # where the next page starts; None: this is the last one
 
 
 def normalise_terms(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -93,15 +131,24 @@ def normalise_terms(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 async def search_products(
-    *, session: AsyncSession, criteria: SearchCriteria, fallback: bool = True
+    *, session: AsyncSession, criteria: SearchCriteria, fallback: bool = True,
+    after: After | None = None, total: tuple[int, bool] | None = None,
 ) -> SearchPage:
-    """One page of products matching ``criteria``, relaxing it step by step if nothing matches."""
+    """One page of products matching ``criteria``, relaxing it step by step if nothing matches.
+
+    ``after`` continues a search from the last row of an earlier page (then ``criteria`` is
+    the one that page searched, ``total`` its total and exactness, and nothing is relaxed).
+    """
+    if after is not None:
+        known_total, exact = total if total is not None else await _count(session, criteria)
+        return await _page(session, criteria, known_total, exact, after=after)
     attempts = _attempts(criteria) if fallback else [(criteria, [])]
     page = None
     for attempt, notes in attempts:
-        page = await _run(session=session, criteria=attempt)
+        count, exact = await _count(session, attempt)
+        page = await _page(session, attempt, count, exact) if count else SearchPage([], 0, attempt, offset=attempt.offset)
         page.fallback = notes
-        if page.total > 0:
+        if count:
             return page
     assert page is not None
     return page
@@ -132,70 +179,6 @@ def _attempts(criteria: SearchCriteria) -> list[tuple[SearchCriteria, list[str]]
     return attempts
 
 
-def like_pattern(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _term_hits(term: str, dialect: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
-    pattern = like_pattern(term)
-    if dialect == "postgresql":
-        # lower(x COLLATE "C") LIKE: the form the migration's trigram indexes are
-        # built for. The "C" collation folds ASCII letters only, like SQLite, and
-        # is 2.5x cheaper per row than a UTF-8 locale's lower().
-        name = func.lower(Product.name.collate("C"))
-        description = func.lower(Product.description.collate("C"))
-    else:
-        # SQLite's LIKE already ignores ASCII case (its lower() folds nothing more).
-        name, description = Product.name, Product.description
-    return (
-        name.like(pattern, escape="\\"),
-        Product.tags_text.like(pattern, escape="\\"),  # stored lower-cased
-        description.like(pattern, escape="\\"),
-    )
-
-
-def text_match_and_score(
-    terms: tuple[str, ...], *, match_all: bool, dialect: str
-) -> tuple[ColumnElement[bool] | None, ColumnElement[int]]:
-    """The WHERE condition for ``terms`` (None when there are none) and the score expression."""
-    if not terms:
-        return None, literal(0)
-    conditions, score = [], None
-    for term in terms:
-        in_name, in_tags, in_description = _term_hits(term, dialect)
-        conditions.append(or_(in_name, in_tags, in_description))
-        term_score = (
-            case((in_name, 3), else_=0) + case((in_tags, 2), else_=0) + case((in_description, 1), else_=0)
-        )
-        score = term_score if score is None else score + term_score
-    condition = and_(*conditions) if match_all else or_(*conditions)
-    return condition, score
-
-
-def nearby_suppliers(*, dialect: str, center: geo.Point, radius_km: float | None):
-    """A materialised CTE of active suppliers with their distance to ``center`` (km).
-
-    Rows may lie slightly beyond ``radius_km`` (the prefilter is a box); callers
-    filter on the exact ``distance`` column.
-    """
-    lat, lng = literal(center.lat), literal(center.lng)
-    distance = func.geodesic_km(lat, lng, Supplier.lat, Supplier.lng)
-    query = select(Supplier.id.label("supplier_id"), distance.label("distance")).where(
-        Supplier.active.is_(True)
-    )
-    if radius_km is not None:
-        if dialect == "postgresql":
-            box = func.earth_box(func.ll_to_earth(lat, lng), literal(radius_km * 1000 * EARTH_BOX_MARGIN))
-            query = query.where(box.op("@>")(func.ll_to_earth(Supplier.lat, Supplier.lng)))
-        else:
-            min_lat, max_lat, min_lng, max_lng = geo.bounding_box(center, radius_km)
-            query = query.where(
-                Supplier.lat.between(min_lat, max_lat), Supplier.lng.between(min_lng, max_lng)
-            )
-    return query.cte("nearby").prefix_with("MATERIALIZED")
-
-
 def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
     """The product conditions of a search besides text and distance (suppliers' activity is checked by the caller)."""
     conditions: list[ColumnElement[bool]] = []
@@ -214,63 +197,173 @@ def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
     return conditions
 
 
-def build_query(criteria: SearchCriteria, *, dialect: str) -> Select:
-    """SELECT product_id, distance, score and the total match count for one page of ``criteria``.
+def _matching(criteria: SearchCriteria, dialect: str, *, via_index: bool) -> tuple[Select, ColumnElement[int]]:
+    """Products matching ``criteria``'s text and filters (columns chosen by the caller), and the score.
 
-    Only ids are selected and sorted: the page's rows are loaded afterwards, so
-    the database sorts narrow rows rather than whole products.
+    ``via_index``: read the rows from SQLite's FTS5 index when it applies, for searches not
+    driven by suppliers (``textmatch.fts_match``).
     """
-    condition, score_expression = text_match_and_score(
-        criteria.terms, match_all=criteria.match_all_terms, dialect=dialect
-    )
-    score = score_expression.label("score")
+    condition, score = textmatch.match_and_score(criteria.terms, match_all=criteria.match_all_terms, dialect=dialect)
     where = filters(criteria)
     if condition is not None:
         where.append(condition)
-    if criteria.location is None:
-        query = select(Product.id.label("product_id"), literal(None).label("distance"), score)
-        query = query.join(Supplier, Supplier.id == Product.supplier_id).where(Supplier.active.is_(True))
-        order = [score.desc(), Product.id] if criteria.terms else [Product.id]
-    else:
-        nearby = nearby_suppliers(dialect=dialect, center=criteria.location, radius_km=criteria.radius_km)
-        supplier_key = Product.supplier_id
-        if dialect == "sqlite" and criteria.radius_km is None:
-            # Every supplier is a candidate: scan products once and look each distance
-            # up, instead of reading products supplier by supplier (random reads).
-            # "+ 0" keeps SQLite's planner off the supplier_id index for this join.
-            supplier_key = Product.supplier_id + 0
-        query = select(Product.id.label("product_id"), nearby.c.distance, score)
-        query = query.join(nearby, nearby.c.supplier_id == supplier_key)
-        if criteria.radius_km is not None:
-            where.append(nearby.c.distance <= criteria.radius_km)
-        order = [nearby.c.distance, score.desc(), Product.id]
-    if criteria.sort == "price_asc":
-        order.insert(0, Product.price.asc())
-    elif criteria.sort == "price_desc":
-        order.insert(0, Product.price.desc())
-    return (
-        query.add_columns(func.count().over().label("total"))
-        .where(*where)
-        .order_by(*order)
-        .limit(criteria.limit)
-        .offset(criteria.offset)
-    )
+    match = textmatch.fts_match(criteria.terms, match_all=criteria.match_all_terms, dialect=dialect) if via_index else None
+    if match is None:
+        return select(Product.id).where(*where), score
+    return (select(Product.id).select_from(textmatch.FTS).join(Product, Product.id == textmatch.FTS.c.rowid)
+            .where(match, *where)), score
 
 
-async def _run(*, session: AsyncSession, criteria: SearchCriteria) -> SearchPage:
+async def _count(session: AsyncSession, criteria: SearchCriteria) -> tuple[int, bool]:
+    """(matches, exact): the number of matches, or TOTAL_CAP and False when there are more."""
     dialect = session.bind.dialect.name
-    rows = (await session.execute(build_query(criteria, dialect=dialect))).all()
-    if rows:
-        total = rows[0].total
-    elif criteria.offset > 0:  # past the end: the window count saw no row, ask for it alone
-        counted = build_query(replace(criteria, offset=0, limit=1), dialect=dialect)
-        first = (await session.execute(counted)).first()
-        total = first.total if first else 0
+    query, _ = _matching(criteria, dialect, via_index=True)
+    query = query.join(Supplier, Supplier.id == Product.supplier_id).where(Supplier.active.is_(True))
+    if criteria.location is not None and criteria.radius_km is not None:
+        within = nearest.within(dialect, criteria.location, criteria.radius_km)
+        if dialect == "postgresql":
+            # The suppliers first, as one array: PostgreSQL then knows how many rows they hold
+            # and can AND the text indexes' bitmaps with theirs, instead of reading and testing
+            # every product of every supplier in the radius.
+            ids = list(await session.scalars(select(Supplier.id).where(Supplier.active.is_(True), within)))
+            if not ids:
+                return 0, True
+            within = Product.supplier_id == any_(literal(ids, type_=ARRAY(Integer)))
+        query = query.where(within)
+    matches = query.with_only_columns(literal(1)).limit(TOTAL_CAP + 1).subquery()
+    count = int(await session.scalar(select(func.count()).select_from(matches)))
+    return (count, True) if count <= TOTAL_CAP else (TOTAL_CAP, False)
+
+
+def _sort_keys(criteria: SearchCriteria, *, distance, score) -> list[tuple[ColumnElement, bool, str]]:
+    """(expression, descending, After field) in sort order."""
+    keys: list[tuple[ColumnElement, bool, str]] = []
+    if criteria.sort in ("price_asc", "price_desc"):
+        keys.append((Product.price, criteria.sort == "price_desc", "price"))
+    if distance is not None:
+        keys.append((distance, False, "distance"))
+    if criteria.terms:
+        keys.append((score, True, "score"))
+    keys.append((Product.id, False, "product_id"))
+    return keys
+
+
+def _after_condition(keys: list[tuple[ColumnElement, bool, str]], after: After) -> ColumnElement[bool]:
+    """Rows that sort after ``after``: (k1 > v1) OR (k1 = v1 AND ((k2 > v2) OR ...))."""
+    values = after.as_dict()
+    condition = None
+    for expression, descending, name in reversed(keys):
+        value = values[name]
+        beyond = expression < value if descending else expression > value
+        condition = beyond if condition is None else or_(beyond, and_(expression == value, condition))
+    return condition
+
+
+def _ordered(query: Select, keys) -> Select:
+    return query.order_by(*[expression.desc() if descending else expression for expression, descending, _ in keys])
+
+
+async def _page(session: AsyncSession, criteria: SearchCriteria, total: int, exact: bool, *,
+                after: After | None = None) -> SearchPage:
+    offset = after.rows_before if after is not None else criteria.offset
+    if criteria.location is None:
+        rows = await _without_location(session, criteria, after)
+    elif criteria.sort is None and not (exact and total < TOTAL_CAP):
+        rows = await _in_rings(session, criteria, after)
     else:
-        total = 0
+        rows = await _text_first(session, criteria, after)
     loaded = await load_products(session=session, product_ids=[row.product_id for row in rows])
     ranked = [(*loaded[row.product_id], int(row.score or 0)) for row in rows]
-    return SearchPage(hits=hits_for(ranked, criteria.location), total=int(total), criteria=criteria)
+    page = SearchPage(hits=hits_for(ranked, criteria.location), total=total, criteria=criteria,
+                      total_exact=exact, offset=offset)
+    last_row = offset + len(rows)
+    if rows and len(rows) == criteria.limit and (not exact or last_row < total):
+        last = rows[-1]
+        span = last.distance - rows[0].distance if last.distance is not None else 0.0
+        page.next_after = After(distance=last.distance, score=int(last.score or 0), product_id=last.product_id,
+                                price=int(last.price), rows_before=last_row, span_km=span)
+    return page
+
+
+def _page_columns(distance, score) -> list:
+    return [Product.id.label("product_id"), (distance if distance is not None else literal(None)).label("distance"),
+            score.label("score"), Product.price.label("price")]
+
+
+def _page_window(query: Select, criteria: SearchCriteria, after: After | None) -> Select:
+    if after is not None:
+        return query.limit(criteria.limit)
+    return query.limit(criteria.limit).offset(criteria.offset)
+
+
+async def _without_location(session: AsyncSession, criteria: SearchCriteria, after: After | None):
+    dialect = session.bind.dialect.name
+    query, score = _matching(criteria, dialect, via_index=True)
+    keys = _sort_keys(criteria, distance=None, score=score)
+    query = (query.with_only_columns(*_page_columns(None, score)).join(Supplier, Supplier.id == Product.supplier_id)
+             .where(Supplier.active.is_(True)))
+    if after is not None:
+        query = query.where(_after_condition(keys, after))
+    return (await session.execute(_page_window(_ordered(query, keys), criteria, after))).all()
+
+
+async def _text_first(session: AsyncSession, criteria: SearchCriteria, after: After | None):
+    """Distances for the suppliers that have a match only: few matches, or every match sorted by price."""
+    dialect = session.bind.dialect.name
+    matching, _ = _matching(criteria, dialect, via_index=True)
+    with_a_match = Supplier.id.in_(matching.with_only_columns(Product.supplier_id))
+    nearby = nearest.distances_between(dialect=dialect, center=criteria.location, low_km=0.0,
+                                       high_km=criteria.radius_km, only=with_a_match)
+    query, score = _matching(criteria, dialect, via_index=False)
+    keys = _sort_keys(criteria, distance=nearby.c.distance, score=score)
+    query = (query.with_only_columns(*_page_columns(nearby.c.distance, score))
+             .join(nearby, nearby.c.supplier_id == Product.supplier_id))
+    if criteria.radius_km is not None:
+        query = query.where(nearby.c.distance <= criteria.radius_km)
+    if after is not None:
+        query = query.where(_after_condition(keys, after))
+    return (await session.execute(_page_window(_ordered(query, keys), criteria, after))).all()
+
+
+def _next_high(low: float, high: float, *, found: int, wanted: int, start: float) -> float:
+    """The outer edge of the next ring: wide enough, if products are spread evenly, for the rows still wanted.
+
+    Rows grow with the area between ``start`` (the first ring's inner edge) and the edge, so
+    the ring that found ``found`` rows is scaled by area; with nothing found yet, or to keep
+    a wrong guess cheap, the width grows between 1.5 and RING_GROWTH times.
+    """
+    width = high - low
+    if found == 0:
+        return high + width * RING_GROWTH
+    covered = high * high - start * start
+    edge = (start * start + covered * wanted / found * 1.2) ** 0.5
+    return high + min(max(edge - high, width * 1.5), width * RING_GROWTH * 2)
+
+
+async def _in_rings(session: AsyncSession, criteria: SearchCriteria, after: After | None):
+    """Nearest first, ring by ring of distance, until the page (and any offset before it) is full."""
+    dialect = session.bind.dialect.name
+    wanted = criteria.limit if after is not None else criteria.offset + criteria.limit
+    limit_km = criteria.radius_km if criteria.radius_km is not None else nearest.EARTH_MAX_KM
+    start = low = after.distance if after is not None else 0.0
+    high = min(low + (max(after.span_km * 2, RING_MIN_KM) if after is not None else RING_START_KM), limit_km)
+    rows: list = []
+    while True:
+        nearby = nearest.distances_between(dialect=dialect, center=criteria.location, low_km=low, high_km=high)
+        query, score = _matching(criteria, dialect, via_index=False)
+        keys = _sort_keys(criteria, distance=nearby.c.distance, score=score)
+        query = (query.with_only_columns(*_page_columns(nearby.c.distance, score))
+                 .join(nearby, nearby.c.supplier_id == Product.supplier_id)
+                 .where(nearby.c.distance <= high))
+        if low == start and after is not None:
+            query = query.where(_after_condition(keys, after))
+        elif low > start:
+            query = query.where(nearby.c.distance > low)
+        rows += (await session.execute(_ordered(query, keys).limit(wanted - len(rows)))).all()
+        if len(rows) >= wanted or high >= limit_km:
+            break
+        low, high = high, min(_next_high(low, high, found=len(rows), wanted=wanted, start=start), limit_km)
+    return rows if after is not None else rows[criteria.offset:]
 
 
 async def load_products(*, session: AsyncSession, product_ids: list[int]) -> dict[int, tuple[Product, Supplier]]:

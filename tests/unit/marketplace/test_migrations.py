@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
+import pytest
 import sqlalchemy as sa
+
+from marketplace import sphere
 
 from marketplace.db import create_engine
 from marketplace.migrations.runner import downgrade_to, head_revision, upgrade_to
@@ -137,4 +140,12 @@ async def test_migrated_rows_are_found_by_either_level(database_url, fake_engine
             "Laptop Gaming ASUS ROG Strix G15", "Rice Cooker Miyako 1.8 Liter", "Xiaomi Redmi Note 13"]
         assert await names(category="handphone") == ["Xiaomi Redmi Note 13"]
         assert await names(category="rumah-tangga") == ["Laptop Stand Kayu", "Meja Laptop Lipat"]
+        # The text indexes of 0003 hold the old rows: partial words and two-letter words.
+        assert await names(q="gayo") == ["Kopi Arabika Gayo 250g"]
+        assert await names(q="hp") == ["Xiaomi Redmi Note 13"]  # from its tags
+        assert await names(q="lapto", location="-6.2,106.8", radius_km=5) == [
+            "Laptop Gaming ASUS ROG Strix G15", "Laptop Stand Kayu", "Meja Laptop Lipat", "Tas Laptop Kulit"]
+        async with client.app.state.marketplace.sessions() as session:
+            vector = (await session.execute(sa.text("SELECT ux, uy, uz FROM suppliers WHERE id = 1"))).one()
+    assert tuple(vector) == pytest.approx(sphere.unit_vector(-6.2, 106.8), abs=1e-15)
     assert head_revision() != "0001"

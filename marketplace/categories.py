@@ -39,12 +39,21 @@ SORT_WORDS: dict[str, str] = {
 }
 
 
+# Whether the buyer wants only what is in stock: a filter the request may also set.
+STOCK_WORDS: dict[str, str] = {
+    "ready": "in_stock", "ready stock": "in_stock", "ready stok": "in_stock", "stok ada": "in_stock",
+    "ada stok": "in_stock", "tersedia": "in_stock", "in stock": "in_stock", "available": "in_stock",
+    "termasuk habis": "any_stock", "termasuk stok habis": "any_stock", "stok habis juga": "any_stock",
+    "pre order": "any_stock", "preorder": "any_stock", "sold out juga": "any_stock",
+}
+
+
 @dataclass(frozen=True)
 class VocabularyMatch:
     """What a phrase in a query means."""
 
-    kind: str  # "product", "label", "tag" or "sort"
-    value: str  # category path, canonical tag or sort hint
+    kind: str  # "product", "label", "tag", "sort" or "stock"
+    value: str  # category path, canonical tag, sort hint, "in_stock" or "any_stock"
     length: int  # number of words the phrase spans
 
 
@@ -55,7 +64,7 @@ def _build_phrases() -> dict[str, tuple[str, str]]:
     for path, node in taxonomy.NODES.items():
         for label in (node.slug, node.name_id, node.name_en, *node.labels):
             phrases.setdefault(normalise(label), ("label", path))
-    for kind, table in (("tag", TAG_WORDS), ("sort", SORT_WORDS)):
+    for kind, table in (("tag", TAG_WORDS), ("sort", SORT_WORDS), ("stock", STOCK_WORDS)):
         for word, value in table.items():
             phrases.setdefault(word, (kind, value))
     return phrases

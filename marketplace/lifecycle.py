@@ -21,6 +21,7 @@ from gateway.config import Settings
 from marketplace.cursor import CursorSigner, load_signer
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.gazetteer import Gazetteer
+from marketplace.settings import MarketplaceSettings
 
 log = logging.getLogger("marketplace")
 
@@ -31,6 +32,7 @@ class Marketplace:
     sessions: async_sessionmaker[AsyncSession]
     gazetteer: Gazetteer
     cursors: CursorSigner
+    settings: MarketplaceSettings
 
 
 async def start(app: FastAPI, settings: Settings) -> None:
@@ -49,7 +51,8 @@ async def start(app: FastAPI, settings: Settings) -> None:
     except BaseException:
         await engine.dispose()
         raise
-    app.state.marketplace = Marketplace(engine=engine, sessions=sessions, gazetteer=gazetteer, cursors=cursors)
+    app.state.marketplace = Marketplace(engine=engine, sessions=sessions, gazetteer=gazetteer, cursors=cursors,
+                                        settings=MarketplaceSettings())
 
 
 async def stop(app: FastAPI) -> None:

@@ -1,4 +1,7 @@
-"""Search results as API answers: keyword search, AI search and multi-supplier comparison."""
+"""Search results as API answers: keyword search, multi-supplier comparison, and the shared pieces.
+
+AI search (``marketplace.ai_search``) and chat build on ``criteria_from_parsed`` and ``search_out``.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,8 @@ from marketplace import geo, paging, taxonomy
 from marketplace.cursor import CursorSigner
 from marketplace.errors import invalid_field
 from marketplace.models import Product, Supplier
-from marketplace.query import parse_query
+from marketplace.nearest import nearby_suppliers
 from marketplace.schemas import (
-    AISearchOut,
-    AISearchRequest,
     CompareOut,
     Delivery,
     Location,
@@ -25,7 +26,6 @@ from marketplace.schemas import (
     SupplierSummary,
     has_nul,
 )
-from marketplace.nearest import nearby_suppliers
 from marketplace.search import (
     Hit,
     SearchCriteria,
@@ -129,7 +129,7 @@ def criteria_from_parsed(
         category=parsed.category,
         category_includes_parent=parsed.category is not None,
         location=location,
-        radius_km=(radius_km or NEARBY_RADIUS_KM) if location is not None else None,
+        radius_km=(radius_km or parsed.radius_km or NEARBY_RADIUS_KM) if location is not None else None,
         in_stock=in_stock,
         limit=limit,
         offset=offset,
@@ -163,27 +163,6 @@ async def run_search(*, session: AsyncSession, signer: CursorSigner, criteria: S
                                        token=cursor, request=request, where="query")
     following = paging.next_cursor(signer=signer, page=page, request=request)
     return SearchOut(**search_out(page, next_cursor=following))
-
-
-async def run_ai_search(*, session: AsyncSession, signer: CursorSigner, gazetteer, body: AISearchRequest) -> AISearchOut:
-    """POST /api/products/ai-search: parse, then the same search; a place in the query wins over ``location``."""
-    request = {"route": "ai-search", "query": body.query,
-               "location": None if body.location is None else [body.location.lat, body.location.lng],
-               "radius_km": body.radius_km, "in_stock": body.in_stock}
-    parsed = parse_query(body.query, gazetteer=gazetteer)
-    if parsed.place is not None:
-        location = parsed.place.point
-    else:
-        location = body.location.point() if body.location else None
-    criteria = criteria_from_parsed(
-        parsed, location=location, radius_km=body.radius_km, in_stock=body.in_stock,
-        limit=body.limit, offset=body.offset,
-    )
-    page, repeated = await paging.search_page(session=session, signer=signer, criteria=criteria, fallback=True,
-                                              token=body.cursor, request=request, where="body")
-    shown = repeated or {"parsed": parsed.as_dict()}
-    following = paging.next_cursor(signer=signer, page=page, request=request, extra=shown)
-    return AISearchOut(query=body.query, **shown, **search_out(page, next_cursor=following))
 
 
 async def compare_offers(

@@ -14,13 +14,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from gateway.auth import PrincipalDep, WriterDep
+from marketplace import ai_search as ai_search_service
 from marketplace import catalog, chat, conversations, taxonomy, users
 from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
-    run_ai_search,
     run_search,
     search_criteria_from_query,
 )
@@ -123,9 +123,15 @@ async def search_products(
 
 
 @router.post("/products/ai-search")
-async def ai_search(body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep) -> AISearchOut:
-    """Natural-language search: the query is parsed into filters, then searched like /search."""
-    return await run_ai_search(session=session, signer=mp.cursors, gazetteer=mp.gazetteer, body=body)
+async def ai_search(
+    body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep, request: Request
+) -> AISearchOut:
+    """Natural-language search: the rules and the engine read the query into filters, then it is searched like /search."""
+    state = request.app.state
+    return await ai_search_service.run(
+        session=session, signer=mp.cursors, upstream=state.upstream, engine=state.engine, settings=mp.settings,
+        gazetteer=mp.gazetteer, body=body, request_id=request.scope["state"].get("request_id"),
+    )
 
 
 @router.get("/products/compare")

@@ -350,7 +350,7 @@ class AISearchRequest(Input):
     query: str = Field(min_length=1, max_length=QUERY_MAX)
     location: Location | None = None
     radius_km: float | None = Field(None, gt=0, le=20_000)
-    in_stock: StrictBool = True
+    in_stock: StrictBool | None = Field(None, description="null: as the query says, else in stock only")
     limit: int = Field(20, ge=1, le=PAGE_LIMIT_MAX)
     offset: int = Field(0, ge=0, le=SEARCH_OFFSET_MAX)
     cursor: str | None = Field(None, min_length=1, max_length=CURSOR_MAX_CHARS,
@@ -361,7 +361,10 @@ class AISearchRequest(Input):
 
 class AISearchOut(SearchOut):
     query: str
-    parsed: dict[str, Any]
+    parsed: dict[str, Any] = Field(description="the filters searched by, merged from the rules and the engine")
+    sources: dict[str, str | None] = Field(
+        description="per filter: request, rules, model, default, or null when absent")
+    engine: dict[str, Any] = Field(description="the engine's reading: status, model, detail, elapsed_ms, rejected")
 
 
 class Offer(BaseModel):

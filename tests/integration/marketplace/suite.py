@@ -1,7 +1,7 @@
 """Re-collect the marketplace's database-backed tests against PostgreSQL.
 
 Each ``test_*_postgres.py`` module here takes one unit module's fixtures and
-its tests that use the database (those asking for ``client`` or
+its tests that use the database (those asking for ``client``, ``ai_client`` or
 ``database_url``), and binds ``database_url`` to a fresh PostgreSQL database
 (``postgres_database_url``). So the very same tests run on both databases;
 the root conftest marks these ``integration`` + ``postgres``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
-DATABASE_FIXTURES = {"client", "database_url"}
+DATABASE_FIXTURES = {"client", "database_url", "ai_client"}
 
 
 def rerun_on_postgres(module: ModuleType) -> dict[str, object]:

@@ -10,16 +10,18 @@ records every request it receives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Settings
 from marketplace import feature, lifecycle, routes
-from tests.support.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine, Received
 
 READ_KEY = "sk-market-read-0123456789"
 WRITE_KEY = "sk-market-write-9876543210"
@@ -134,3 +136,46 @@ def field_of(response: httpx.Response) -> list[str]:
     detail = response.json()["detail"]
     assert isinstance(detail, list), detail
     return [str(error["loc"][-1]) for error in detail]
+
+
+# --- a fake engine that answers the AI search's structured-output requests ------------------------
+
+
+class ScriptedEngine(FakeEngine):
+    """The fake vLLM, answering non-streamed chat completions with ``answer`` as the message.
+
+    ``answer`` None: the plain fake's "tok tok ..." (not JSON). ``finish_reason`` "length"
+    stands for an answer cut off at max_tokens. ``mode``, ``response_delay`` and the
+    recording of requests work as in FakeEngine.
+    """
+
+    answer: str | None = None
+    finish_reason: str = "stop"
+
+    async def _complete(self, request):
+        if self.answer is None or self.mode != "ok":
+            return await super()._complete(request)
+        body = await request.read()
+        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        if self.response_delay:
+            await asyncio.sleep(self.response_delay)
+        return web.json_response({
+            "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": self.models[0],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.answer},
+                         "finish_reason": self.finish_reason}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 60, "total_tokens": 960},
+        })
+
+
+@pytest.fixture
+async def scripted_engine() -> AsyncIterator[ScriptedEngine]:
+    engine = await ScriptedEngine(models=["fake-qwen"]).start()
+    yield engine
+    await engine.stop()
+
+
+@pytest.fixture
+async def ai_client(database_url, scripted_engine) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway in front of the scripted engine; its marketplace settings are ``app.state.marketplace.settings``."""
+    async with running_app(make_settings(database_url=database_url, vllm_base_url=scripted_engine.base_url)) as client:
+        yield client

@@ -41,6 +41,7 @@ GUARDED = {
     "marketplace.query._ONE_COMMA_THOUSAND": "parse_query",
     "marketplace.query._SEPARATED": "parse_query",
     "marketplace.query._MEASURE_AFTER": "parse_query",
+    "marketplace.query._DISTANCE": "parse_query",
     "marketplace.prompt.TEMPLATE_TOKEN": "clean_text",
     "marketplace.geo._LOCATION": "parse_location",
     "marketplace.gazetteer._ASCII_WORD": "parse_query",
@@ -91,11 +92,13 @@ def cpu_seconds(function, *args) -> float:
 
 LEADS = sorted({*query._UPPER, *query._LOWER, *query._AROUND, *query._NEUTRAL, *query._RANGE_LEADS,
                 *query._FILLERS, *query._MULTIPLIERS, "rp", "rp.", "idr", "1", "1.000", "1,5", "s/d",
-                "budget harga", "antara", "5 -", "5 dan", "jakarta", "di"})
+                "budget harga", "antara", "5 -", "5 dan", "jakarta", "di", "radius", "dalam radius", "within",
+                "5 km", "5,5 km", "500 m", "5km dari"})
 # Every lead with the runs most patterns repeat; every run after a few leads of each kind.
 MAIN_FILLS = (" ", " :", "1", "1 ")
-OTHER_FILLS = ("\t", "1.", "1,", "-", " -", ".-", "k ", "juta ")
-FEW_LEADS = ("budget", "di bawah", "mulai dari", "sekitar", "harga", "antara", "rp", "juta", "5 -", "1")
+OTHER_FILLS = ("\t", "1.", "1,", "-", " -", ".-", "k ", "juta ", " km", "1 km ", "km dari ")
+FEW_LEADS = ("budget", "di bawah", "mulai dari", "sekitar", "harga", "antara", "rp", "juta", "5 -", "1", "radius",
+             "5 km")
 
 
 def query_shapes(size: int) -> dict[str, str]:
@@ -137,6 +140,9 @@ SCALED_QUERY_SHAPES = {
     "rp, spaces": "rp" + " " * 40_000 + "x",
     "ranges": "5 - 10 juta " * 3_500,
     "dotted groups": "1.000." * 7_000,
+    "radius, spaces": "radius" + " " * 40_000 + "5",
+    "distances without a lead": "5 km " * 8_000,
+    "number, spaces, km": "5" + " " * 40_000 + "km",
 }
 
 

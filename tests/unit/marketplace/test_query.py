@@ -372,6 +372,29 @@ def test_sort_words_become_a_sort_hint(text, sort):
     assert parsed.terms == ["laptop"]
 
 
+@pytest.mark.parametrize(
+    ("text", "radius"),
+    [("kopi dalam 10 km", 10.0), ("laptop radius 5km", 5.0), ("helm 500 meter dari sini", 0.5),
+     ("sepatu dalam radius 2,5 km", 2.5), ("hp 2 km dari jaksel", 2.0), ("bakso within 3 km", 3.0),
+     ("drone jarak 10km", None), ("sepeda 5 km", None), ("kabel 10m dari", None), ("tv maks 10 juta", None),
+     ("radius 0 km", None)],
+)
+def test_a_distance_limit_needs_a_word_that_says_so(text, radius):
+    parsed = parse(text)
+    assert parsed.radius_km == radius
+    if radius is not None:
+        assert not any("km" in term or "meter" in term for term in parsed.terms)
+
+
+@pytest.mark.parametrize(
+    ("text", "in_stock"),
+    [("sepatu ready stock", True), ("laptop tersedia", True), ("baju termasuk stok habis", False),
+     ("gitar preorder", False), ("helm", None)],
+)
+def test_stock_words_say_whether_only_stocked_items_count(text, in_stock):
+    assert parse(text).in_stock is in_stock
+
+
 def test_stop_words_are_removed_and_terms_are_lower_case_and_unique():
     parsed = parse("Saya MAU cari Laptop yang bagus untuk Kuliah dan kuliah, dong")
     assert parsed.terms == ["laptop", "kuliah"]
@@ -398,12 +421,14 @@ def test_as_dict_is_json_ready_and_shows_what_was_understood():
         "category": "elektronik/smartphone",
         "tags": ["bekas"],
         "sort": "price_asc",
+        "radius_km": None,
+        "in_stock": None,
     }
 
 
 def test_empty_and_blank_queries_parse_to_nothing():
     nothing = {"terms": [], "min_price": None, "max_price": None, "place": None,
-               "category": None, "tags": [], "sort": None}
+               "category": None, "tags": [], "sort": None, "radius_km": None, "in_stock": None}
     for text in ("", "   ", "?!", "yang dan di"):
         assert parse(text).as_dict() == nothing
 

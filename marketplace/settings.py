@@ -1,0 +1,22 @@
+"""The marketplace's own settings, read from the environment like the gateway's.
+
+Each field maps to the environment variable of the same name in upper case
+(``ai_search_timeout_seconds`` <- ``AI_SEARCH_TIMEOUT_SECONDS``); docs/marketplace.md lists them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class MarketplaceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+
+    # POST /api/products/ai-search asks the engine to read the query (structured outputs);
+    # false: the rule-based parser alone.
+    ai_search_engine: bool = True
+    # How long a search waits for the engine's reading before it goes on with the rules alone.
+    ai_search_timeout_seconds: float = Field(4.0, gt=0, le=60)
+    # Room for the JSON answer (a real model needs 60-150 tokens; the schema bounds every field).
+    ai_search_max_tokens: int = Field(300, ge=32, le=2048)

@@ -43,7 +43,8 @@ from bench.stats import percentile
 from marketplace import geo, sphere, taxonomy
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.models import Product, Supplier, tags_text_for, utcnow
-from marketplace.search import SearchCriteria, search_products
+from marketplace.criteria import SearchCriteria
+from marketplace.search import search_products
 from marketplace.seed import CITIES, TEMPLATES
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -29,7 +29,7 @@ from marketplace.gazetteer import Gazetteer, Place, normalise
 from marketplace.listing import NEARBY_RADIUS_KM, PRICE_SORTS, search_out
 from marketplace.query import STOP_WORDS, ParsedQuery, parse_query
 from marketplace.schemas import AISearchOut, AISearchRequest
-from marketplace.search import SearchCriteria, normalise_terms
+from marketplace.criteria import SearchCriteria, normalise_terms
 from marketplace.settings import MarketplaceSettings
 
 MIN_PLAUSIBLE_PRICE = 100  # rupiah: nothing in a marketplace costs less

@@ -11,6 +11,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace import geo, paging, taxonomy
+from marketplace.criteria import SearchCriteria, normalise_terms
 from marketplace.cursor import CursorSigner
 from marketplace.errors import invalid_field
 from marketplace.models import Product, Supplier
@@ -26,14 +27,7 @@ from marketplace.schemas import (
     SupplierSummary,
     has_nul,
 )
-from marketplace.search import (
-    Hit,
-    SearchCriteria,
-    SearchPage,
-    hits_for,
-    normalise_terms,
-    search_products,
-)
+from marketplace.search import Hit, SearchPage, hits_for, search_products
 from marketplace.textmatch import like_pattern
 
 # A place named in a natural-language query means "around there".

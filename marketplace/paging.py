@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.cursor import Cursor, CursorError, CursorSigner, fingerprint
 from marketplace.errors import invalid_field
-from marketplace.search import After, SearchCriteria, SearchPage, search_products
+from marketplace.criteria import After, SearchCriteria
+from marketplace.search import SearchPage, search_products
 
 
 async def search_page(

@@ -13,7 +13,8 @@ from sqlalchemy import event, insert, text
 from marketplace import geo
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.models import Product, Supplier, utcnow
-from marketplace.search import SearchCriteria, search_products
+from marketplace.criteria import SearchCriteria
+from marketplace.search import search_products
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

@@ -15,7 +15,7 @@ import pytest
 from geopy.distance import geodesic
 from sqlalchemy import text
 
-from marketplace import search
+from marketplace import plans
 from tests.unit.marketplace.support import (  # noqa: F401  (fixtures)
     JAKARTA,
     READ,
@@ -68,8 +68,8 @@ def nearest_order(expected: dict[int, tuple[float, int]]) -> list[int]:
 @pytest.fixture(params=["text first", "rings"])
 def strategy(request, monkeypatch) -> str:
     if request.param == "rings":
-        monkeypatch.setattr(search, "TOTAL_CAP", 1)  # every search counts as broad
-        monkeypatch.setattr(search, "RING_START_KM", 0.7)  # and crosses many rings
+        monkeypatch.setattr(plans, "TOTAL_CAP", 1)  # every search counts as broad
+        monkeypatch.setattr(plans, "RING_START_KM", 0.7)  # and crosses many rings
     return request.param
 
 
@@ -125,7 +125,7 @@ async def test_a_cursor_walk_by_price_and_without_location(client, coffee):
 
 
 async def test_beyond_the_cap_the_total_says_so_and_the_walk_still_ends(client, coffee, monkeypatch):
-    monkeypatch.setattr(search, "TOTAL_CAP", 20)
+    monkeypatch.setattr(plans, "TOTAL_CAP", 20)
     ids, pages = await walk(client, q="kopi", location=LOCATION, limit=6)
     assert ids == nearest_order(coffee)
     assert all(page["total"] == 20 and page["total_exact"] is False for page in pages)

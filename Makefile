@@ -5,7 +5,7 @@ help:
 	@echo "make run    start the vLLM engine and the gateway (Ctrl-C stops both)"
 	@echo "make test   install what the tests need, run unit then integration tests"
 	@echo "make setup  create both environments and build the embedded model"
-	@echo "make lint   shellcheck the shell scripts"
+	@echo "make lint   ruff, the import contracts, shellcheck (make test lints too)"
 
 run:
 	./run.sh
@@ -18,4 +18,6 @@ setup:
 	./launch_vllm.sh --install-only
 
 lint:
+	.venvs/gateway/bin/ruff check gateway marketplace bench tests scripts engine
+	.venvs/gateway/bin/lint-imports
 	shellcheck launch_vllm.sh run.sh scripts/*.sh .ci/run

@@ -48,7 +48,7 @@ async def confined_engine(*, cores: frozenset[int], log_dir: Path) -> AsyncItera
             process.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(process.wait(), 60)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
         out.close()
@@ -73,7 +73,7 @@ async def _wait_healthy(base_url: str, process, launcher_log: Path) -> None:
                 async with session.get(base_url + "/health") as response:
                     if response.status == 200:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the benchmark's engine was not healthy after {START_TIMEOUT:.0f}s")

@@ -122,7 +122,7 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: bytes,
                 record.chunk_counts.append(counter.content_events)
                 if first_chunk_at is not None:
                     record.ttfts.append(first_chunk_at - started)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
         record.errors[type(error).__name__] += 1
         return
     record.latencies.append(time.perf_counter() - started)

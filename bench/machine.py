@@ -6,7 +6,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -43,7 +43,7 @@ def _version(package: str) -> str:
 def machine_info() -> dict:
     """A snapshot of the measuring machine and code (called once per run, before load)."""
     return {
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "usable_cores": sorted(os.sched_getaffinity(0)),

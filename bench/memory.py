@@ -48,7 +48,7 @@ async def _hold_stream(session: aiohttp.ClientSession, url: str, body: bytes, to
                 if counter.feed(data) and not announced:
                     announced = True
                     open_streams.opened()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
         kind = type(error).__name__
         errors[kind] = errors.get(kind, 0) + 1
         return
@@ -74,7 +74,7 @@ async def measure_open_streams(*, server: ServerProcess, model: str, streams: in
                                                   errors)) for _ in range(streams)]
         try:
             await asyncio.wait_for(open_streams.all_open.wait(), open_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         open_after_s = time.perf_counter() - started
         samples_taken = []  # (rss, streams open at that moment)

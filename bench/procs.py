@@ -146,7 +146,7 @@ async def start_server(*, name: str, argv: list[str], port: int, log_dir: Path,
                        cwd: str | None = None) -> ServerProcess:
     """Start ``argv`` pinned to ``cores`` and wait until ``health_path`` answers 200."""
     log_path = log_dir / f"{name}.log"
-    log_file = open(log_path, "wb")  # noqa: SIM115 - the child owns it until it exits
+    log_file = open(log_path, "wb")
     def pin() -> None:  # in the child; by hand because uvloop's subprocess_exec takes no process_group
         os.setpgid(0, 0)  # its own group, not its own session: one scheduler autogroup for all parties
         if cores:
@@ -183,7 +183,7 @@ async def wait_healthy(server: ServerProcess, *, health_path: str, timeout: floa
                 async with session.get(url) as response:
                     if response.status == 200:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 pass
             if time.monotonic() > deadline:
                 raise ServerFailedToStart(
@@ -201,7 +201,7 @@ async def stop_server(server: ServerProcess, *, grace: float = 10.0) -> None:
         await asyncio.wait_for(server.process.wait(), grace)
     except ProcessLookupError:
         return
-    except (asyncio.TimeoutError, asyncio.CancelledError):
+    except (TimeoutError, asyncio.CancelledError):
         # Also when the run itself is being cancelled: never leave a server behind.
         with contextlib.suppress(ProcessLookupError):
             server.process.kill()

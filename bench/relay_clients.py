@@ -10,7 +10,6 @@ concurrency 1 and 32, streaming and not, and writes bench/results/relay_clients.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 from pathlib import Path
@@ -20,9 +19,17 @@ import orjson
 from bench.cpu import wait_until_quiet
 from bench.loadgen import Scenario
 from bench.machine import machine_info
-from bench.procs import (PYTHON, Pinning, ServerFailedToStart, boost_priority, free_port,
-                         raise_fd_limit,
-                         start_fake_upstream, start_server, stop_server)
+from bench.procs import (
+    PYTHON,
+    Pinning,
+    ServerFailedToStart,
+    boost_priority,
+    free_port,
+    raise_fd_limit,
+    start_fake_upstream,
+    start_server,
+    stop_server,
+)
 from bench.relay_servers import RELAYS
 from bench.rounds import DIRECT, Target, measure_interleaved, summarise_scenario
 

@@ -103,7 +103,7 @@ _ADDED = {"added_p50_ms": "latency_p50_ms", "added_p90_ms": "latency_p90_ms",
 
 def compare_paired(direct_runs: list[dict], relayed_runs: list[dict]) -> dict:
     """Per-round ratio and difference against the direct run of the same round; medians."""
-    pairs = list(zip(direct_runs, relayed_runs))
+    pairs = list(zip(direct_runs, relayed_runs, strict=False))
     out = {name: median_or_none([ratio(r[field], d[field]) for d, r in pairs])
            for name, field in _RATIOS.items()}
     out |= {name: median_or_none([difference(r[field], d[field]) for d, r in pairs])

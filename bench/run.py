@@ -2,6 +2,11 @@
 
     python -m bench.run [--quick] [--variants off memory sqlite postgres]
                         [--engine-url http://127.0.0.1:8001] [--postgres-dsn URL]
+                        [--baseline-tree DIR]
+
+``--baseline-tree DIR`` also measures the gateway of another checkout (a git worktree of an
+earlier commit), variant by variant, in the same interleaved rounds: ``sqlite@base`` next to
+``sqlite``, so "before" and "after" are compared in one run on one machine state.
 
 Starts the fast fake upstream and one gateway per variant (subprocesses on free ports,
 pinned to cores when there are two or more), runs interleaved rounds (direct, each variant,
@@ -24,16 +29,25 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.loadgen import Scenario
-from bench.machine import REPO_ROOT, machine_info
 from bench.cpu import wait_until_quiet
 from bench.engine_probe import EngineCounter
 from bench.engine_proc import confined_engine
+from bench.loadgen import Scenario
+from bench.machine import REPO_ROOT, machine_info
 from bench.memory import measure_open_streams
 from bench.postgres import PostgresUnavailable, throwaway_postgres
-from bench.procs import (PYTHON, Pinning, ServerFailedToStart, ServerProcess, boost_priority,
-                         free_port, raise_fd_limit, start_fake_upstream, start_server,
-                         stop_server)
+from bench.procs import (
+    PYTHON,
+    Pinning,
+    ServerFailedToStart,
+    ServerProcess,
+    boost_priority,
+    free_port,
+    raise_fd_limit,
+    start_fake_upstream,
+    start_server,
+    stop_server,
+)
 from bench.report import write_results
 from bench.rounds import DIRECT, Target, measure_interleaved, summarise_scenario
 from bench.targets import evaluate
@@ -92,9 +106,17 @@ class Plan:
                 for stream in (False, True) for c in self.concurrencies]
 
 
+BASELINE = "@base"
+BASELINE_TREE: Path | None = None  # set from --baseline-tree
+
+
 def gateway_env(variant: str, *, upstream_url: str, port: int, tmp: Path,
                 postgres_dsn: str | None) -> dict[str, str]:
-    """The environment of a gateway under test (limits raised to fit the benchmark's load)."""
+    """The environment of a gateway under test (limits raised to fit the benchmark's load).
+
+    ``variant`` is a SESSION_STORE value, with ``@base`` for the gateway of the baseline tree.
+    """
+    variant, _, base = variant.partition("@")
     env = {
         "VLLM_BASE_URL": upstream_url,
         "HOST": "127.0.0.1",
@@ -111,6 +133,10 @@ def gateway_env(variant: str, *, upstream_url: str, port: int, tmp: Path,
         env["SESSIONS_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp}/sessions-{port}.db"
     elif variant == "postgres" and postgres_dsn:
         env["SESSIONS_DATABASE_URL"] = postgres_dsn
+    if base:
+        if BASELINE_TREE is None:
+            raise ServerFailedToStart("a baseline variant needs --baseline-tree")
+        env["PYTHONPATH"] = str(BASELINE_TREE)  # its gateway and marketplace packages win over ours
     return env
 
 
@@ -118,7 +144,7 @@ async def start_gateway(variant: str, *, upstream_url: str, tmp: Path, log_dir: 
                         cores: frozenset[int] | None, postgres_dsn: str | None,
                         name: str | None = None) -> ServerProcess:
     """``python -m gateway`` for one variant, healthy, or ServerFailedToStart."""
-    if variant == "postgres" and not postgres_dsn:
+    if variant.partition("@")[0] == "postgres" and not postgres_dsn:
         raise ServerFailedToStart("no PostgreSQL available (see the postgres variant's error)")
     port = free_port()
     env = gateway_env(variant, upstream_url=upstream_url, port=port, tmp=tmp,
@@ -272,7 +298,7 @@ async def measure_engine(*, plan: Plan, engine_url: str, variants: list[str], tm
     """
     try:
         model = await _engine_model(engine_url)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, IndexError) as error:
+    except (TimeoutError, aiohttp.ClientError, OSError, KeyError, IndexError) as error:
         return {"skipped": f"engine at {engine_url} not usable: {error!r}"}
     out = {"url": engine_url, "model": model, "rounds": plan.rounds,
            "duration_s": plan.engine_duration, "variants": {}}
@@ -327,7 +353,7 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
         tmp = Path(tmp_name)
         async with contextlib.AsyncExitStack() as stack:
             postgres_dsn, db_companions = args.postgres_dsn, ()
-            if "postgres" in variants and not postgres_dsn:
+            if any(v.partition("@")[0] == "postgres" for v in variants) and not postgres_dsn:
                 try:
                     cluster = await stack.enter_async_context(throwaway_postgres())
                     postgres_dsn, db_companions = cluster.dsn, (cluster.server,)
@@ -342,7 +368,7 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
             results["scenarios"] = await measure_fake_upstream(
                 plan=plan, variants=runnable, pinning=pinning, tmp=tmp,
                 postgres_dsn=postgres_dsn, status=status,
-                companions={"postgres": db_companions})
+                companions={"postgres": db_companions, "postgres@base": db_companions})
             healthy = [v for v in variants if status.get(v, {}).get("status") == "ok"]
             results["memory"] = {} if args.skip_memory else await measure_memory(
                 plan=plan, variants=healthy, pinning=pinning, tmp=tmp, postgres_dsn=postgres_dsn)
@@ -386,7 +412,8 @@ def _loadavg() -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                        choices=[*VARIANTS, *(v + BASELINE for v in VARIANTS)])
     parser.add_argument("--engine-url", help="also measure end to end against this vLLM")
     parser.add_argument("--start-engine", action="store_true",
                         help="also measure end to end against an engine of its own (embedded "
@@ -407,6 +434,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="first wait up to this long for other work on the machine to "
                              "settle (<= 15%% busy over 5 s)")
     parser.add_argument("--keep-logs", type=Path, help="copy the servers' logs here")
+    parser.add_argument("--baseline-tree", type=Path,
+                        help="also measure the gateway of this checkout (e.g. a git worktree of the commit "
+                             "before a change): each variant V gets a V@base twin in the same rounds")
     return parser.parse_args(argv)
 
 
@@ -419,7 +449,12 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global BASELINE_TREE
     args = parse_args(argv)
+    if args.baseline_tree is not None:
+        BASELINE_TREE = args.baseline_tree.resolve()
+        args.variants = [v for variant in args.variants if BASELINE not in variant
+                         for v in (variant, variant + BASELINE)]
     plan = build_plan(args)
     fd_limit = raise_fd_limit()
     niceness = boost_priority(args.nice)

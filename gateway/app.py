@@ -1,9 +1,15 @@
-"""The application factory: one place where the gateway is assembled.
+"""The application factory, the composition root: the one place where the gateway is assembled.
 
-``create_app(settings)`` builds everything from the settings it is given (tests
-pass their own); nothing lives in module globals. The lifespan opens the one
-upstream client, starts the engine poller, the session manager and the
-marketplace database, and closes them in reverse order.
+``create_app(settings)`` builds the core from the settings it is given (tests pass their
+own), hands it to the protocols' route factories, and plugs in the features found through
+entry points (``gateway.features``); nothing lives in module globals. The lifespan opens
+the engine client, starts the engine poller, the session manager and the features, and
+closes them in reverse order.
+
+Layers, each importing only from those above it in this list (import-linter checks it):
+``config`` -> ``http`` (plumbing) -> ``engines`` (the engine client and its state) ->
+``relay`` (the streaming core) -> ``core`` -> ``sessions`` -> ``protocols`` -> ``api`` (what
+features may use) -> ``features`` -> ``app``.
 """
 
 from __future__ import annotations
@@ -13,58 +19,112 @@ import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
-from gateway.admission import Admission
-from gateway.auth import KeyRing
+from gateway.api import Feature, Gateway
 from gateway.config import Settings
-from gateway.engine import EngineState
-from gateway.errors import install_error_handlers
-from gateway.metrics import Metrics
-from gateway.middleware import GatewayMiddleware
-from gateway.openai.fastpath import FAST_PATHS, serve_fast
-from gateway.openai.routes import router as openai_router
-from gateway.routes.health import router as health_router
-from gateway.upstream import UpstreamClient
+from gateway.core import Core
+from gateway.engines.client import EngineClient
+from gateway.engines.state import EngineState
+from gateway.features import FeatureFactory, installed_features, selected
+from gateway.http.admission import Admission
+from gateway.http.auth import KeyRing
+from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
+from gateway.http.metrics import Metrics
+from gateway.http.middleware import GatewayMiddleware
+from gateway.http.raw_routes import RawRoute, RawRouter, document_raw_routes, register_shapes
+from gateway.protocols.anthropic.dialect import ANTHROPIC
+from gateway.protocols.anthropic.routes import AnthropicMessages
+from gateway.protocols.codegen.routes import codegen_router
+from gateway.protocols.engine_api.routes import EngineAPI
+from gateway.protocols.health import health_router
+from gateway.protocols.openai.dialect import OPENAI
+from gateway.protocols.openai.routes import OpenAIRelay
+from gateway.protocols.responses.dialect import ending_dialect
+from gateway.protocols.responses.routes import ResponsesAPI
+from gateway.relay.context import StreamBackend
+from gateway.relay.plain import PlainRelay
+from gateway.serving import drain_on_signals
+from gateway.sessions.manager import SessionManager
+from gateway.sessions.routes import sessions_router
+from gateway.sessions.store import make_store
+from gateway.sessions.store.base import ResponseRecords
+from gateway.sessions.store.memory import MemoryResponses
 
 log = logging.getLogger("gateway.app")
 
 
 class GatewayApp(FastAPI):
-    """FastAPI with the gateway's middleware outside FastAPI's own stack.
+    """FastAPI with the gateway's middleware and raw routes outside FastAPI's own stack.
 
-    FastAPI wraps user middleware in three layers of its own (server errors,
-    exception telemetry, body limit). The gateway's middleware does auth,
-    limits and errors itself, so it goes outermost: the hot OpenAI routes it
-    serves directly (see gateway/openai/fastpath.py) skip those layers, and
-    everything else still passes through them.
+    FastAPI wraps user middleware in layers of its own (server errors, exception
+    telemetry, body limit). The gateway's middleware does auth, limits and errors itself,
+    so it goes outermost, then the raw router serves the hot routes it declares (see
+    ``gateway.http.raw_routes``); everything else passes through FastAPI as usual.
     """
 
     gateway_middleware: dict | None = None
+    raw_routes: list[RawRoute] = []  # set by create_app
 
     def build_middleware_stack(self):
         stack = super().build_middleware_stack()
         if self.gateway_middleware is None:
             return stack
-        return GatewayMiddleware(stack, **self.gateway_middleware)
+        return GatewayMiddleware(RawRouter(stack, self.raw_routes), **self.gateway_middleware)
+
+    def begin_drain(self, grace_seconds: float | None = None) -> None:
+        """The server is stopping: let the core end what it serves before connections are cut."""
+        core = self.state.gateway
+        core.begin_drain(core.settings.graceful_shutdown_seconds if grace_seconds is None else grace_seconds)
+
+    def openapi(self) -> dict:
+        if self.openapi_schema is None:
+            schema = get_openapi(title=self.title, version=self.version, summary=self.summary, routes=self.routes)
+            self.openapi_schema = document_raw_routes(schema, self.raw_routes)
+        return self.openapi_schema
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, features: dict[str, FeatureFactory] | None = None) -> FastAPI:
+    """The gateway for ``settings``; ``features``: factories to plug in (default: the installed ones)."""
     settings = settings or Settings()
     metrics = Metrics()
-    upstream = UpstreamClient(settings)
-    engine = EngineState(settings, upstream, metrics=metrics)
+    engines = EngineClient(settings)
+    engine_state = EngineState(settings, engines, metrics=metrics)
+    admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
+    metrics.inflight.set_function(lambda: admission.inflight)
+    shapes = ErrorShapes()
+    shapes.register_prefix("/v1/", OPENAI_SHAPE)
+    sessions = _session_manager(settings, engine_state, metrics, admission)
+    streams: StreamBackend = sessions if sessions is not None else PlainRelay()
+    core = Core(settings=settings, metrics=metrics, engines=engines, engine_state=engine_state,
+                admission=admission, error_shapes=shapes, streams=streams)
+    if sessions is not None:
+        core.drain_hooks.append(sessions.begin_shutdown)
+    openai = OpenAIRelay(core)
+    engine_api = EngineAPI(core)
+    records: ResponseRecords = sessions.store if sessions is not None and sessions.store is not None \
+        else MemoryResponses(max_records=settings.responses_memory_max)
+    responses = ResponsesAPI(core, records=records, sessions=sessions)
+    anthropic = AnthropicMessages(core)
+    gateway = Gateway(core, openai)
+    factories = selected(settings.features, installed_features() if features is None else features)
+    plugged: list[Feature] = [factory(gateway) for factory in factories.values()]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await upstream.start()
+        await engines.start()
         async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(upstream.close)
-            await engine.refresh()
-            engine.start_polling()
-            stack.push_async_callback(engine.stop_polling)
-            for feature in _features():
-                await feature.start(app, settings)
-                stack.push_async_callback(feature.stop, app)
+            stack.push_async_callback(engines.close)
+            stack.enter_context(drain_on_signals(lambda: core.begin_drain(settings.graceful_shutdown_seconds)))
+            await engine_state.refresh()
+            engine_state.start_polling()
+            stack.push_async_callback(engine_state.stop_polling)
+            if sessions is not None:
+                await sessions.start()
+                stack.push_async_callback(sessions.stop)
+            for feature in plugged:
+                await feature.start()
+                stack.push_async_callback(feature.stop)
             yield
 
     app = GatewayApp(
@@ -73,36 +133,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="OpenAI-compatible gateway to vLLM, with a code-generation API, resumable streams and a marketplace",
         lifespan=lifespan,
     )
-    app.state.settings = settings
-    app.state.metrics = metrics
-    app.state.upstream = upstream
-    app.state.engine = engine
-    app.state.sessions = None  # set by the sessions feature when SESSION_STORE != off
-    install_error_handlers(app)
-    app.include_router(health_router)
-    app.include_router(openai_router)
-    for feature in _features():
-        app.include_router(feature.router)
-    admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
-    metrics.inflight.set_function(lambda: admission.inflight)
-    app.state.admission = admission
+    app.state.gateway = core  # for introspection and tests; the code below the app never reads app.state
+    app.state.sessions = sessions
+    for feature in plugged:  # each feature's own dependencies fetch it there (one tiny getter)
+        setattr(app.state, feature.name, feature)
+    install_error_handlers(app, shapes)
+    # The engine API: one table (protocols.common.table), each protocol serving its rows.
+    app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
+    register_shapes(shapes, app.raw_routes)
+    app.include_router(engine_api.refusals(shapes))
+    app.include_router(health_router(core))
+    app.include_router(sessions_router(sessions))
+    app.include_router(codegen_router(core))
+    for feature in plugged:
+        if feature.router is not None:
+            app.include_router(feature.router)
     app.gateway_middleware = dict(
         keyring=KeyRing.from_settings(settings),
         admission=admission,
         metrics=metrics,
+        error_shapes=shapes,
         max_body_bytes=settings.max_body_bytes,
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,
         access_log=settings.access_log,
-        fast_paths=frozenset(FAST_PATHS),
-        serve_fast=serve_fast,
+        public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
     )
     return app
 
 
-def _features() -> list:
-    """Feature packages, each exposing ``router``, ``start(app, settings)`` and ``stop(app)``."""
-    from gateway.codegen import feature as codegen
-    from gateway.streams import feature as streams
-    from marketplace import feature as marketplace
-
-    return [streams, codegen, marketplace]
+def _session_manager(settings: Settings, engine_state: EngineState, metrics: Metrics,
+                     admission: Admission) -> SessionManager | None:
+    """Resumable sessions as ``SESSION_STORE`` asks (None when off: streams are relayed plainly)."""
+    if settings.session_store == "off":
+        return None
+    return SessionManager(settings=settings, dialect=OPENAI, store=make_store(settings),
+                          default_model=lambda: engine_state.default_model, metrics=metrics, admission=admission,
+                          dialects={"responses": ending_dialect, "anthropic": lambda session_id, index: ANTHROPIC})

@@ -12,7 +12,7 @@ import logging
 import uvicorn
 
 from gateway.config import Settings
-from gateway.logs import configure_logging
+from gateway.http.logs import configure_logging
 
 log = logging.getLogger("gateway.cli")
 
@@ -44,7 +44,11 @@ def main() -> None:
         # middleware uvicorn adds for it costs time on every request.
         proxy_headers=False,
         server_header=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
+        # The last bound, below admission control: past this many open connections (or
+        # requests being served) uvicorn answers 503 itself, so a flood of idle or slow
+        # connections cannot exhaust memory or file descriptors.
+        limit_concurrency=settings.max_connections,
     )
 
 

@@ -1,22 +1,26 @@
-"""Gateway settings: one object, read from the environment, kept on app.state.
+"""Gateway settings: one object, read from the environment, given to everything at assembly.
 
 Every field maps to an environment variable of the same name in upper case
-(``vllm_base_url`` <- ``VLLM_BASE_URL``). The README's configuration table
-lists them all; a test checks that compose.yaml only sets variables read here.
+(``vllm_base_url`` <- ``VLLM_BASE_URL``). Features keep their own settings classes (see
+``gateway.api.Feature``). The README's configuration table lists them all; a test checks
+that compose.yaml only sets variables the gateway or a feature reads.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 CommaList = Annotated[list[str], NoDecode]
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+# The engine's operational routes an admin key may be allowed to reach (ENGINE_ADMIN_ROUTES):
+# each affects only the engine's caches or adapters, never other clients' requests, the
+# weights, or the process (sleep, collective_rpc, pause, abort_requests stay refused).
+ADMIN_CAPABLE_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 
 
 def _split_commas(value: object) -> object:
@@ -34,6 +38,9 @@ class Settings(BaseSettings):
     reload: bool = False
     workers: int = Field(1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How long a stopping gateway lets open requests finish; live streams get their explicit
+    # ending a second before it runs out (sessions without a client at once).
+    graceful_shutdown_seconds: float = Field(10.0, ge=1)
     access_log: bool = True  # one JSON line per request (never per chunk)
 
     # --- the engine --------------------------------------------------------
@@ -61,6 +68,8 @@ class Settings(BaseSettings):
     max_inflight: int = Field(512, ge=1)
     max_inflight_per_key: int = Field(128, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Open connections per worker beyond which the server answers 503 before reading a request.
+    max_connections: int = Field(4096, ge=16)
 
     # --- code-generation API (Stack 2.9 contract) ----------------------------
     default_max_tokens: int = Field(512, ge=1, le=4096)
@@ -78,18 +87,52 @@ class Settings(BaseSettings):
     # replica stayed silent longer is ended (error event + [DONE]) by whoever
     # notices: after a crash, resuming clients wait at most this long.
     session_lease_seconds: float = Field(15.0, gt=0)
-    # SESSION_STORE=memory only: finished sessions kept resumable in memory
-    # (the oldest beyond this are forgotten). Persistent stores keep none.
+    # SESSION_STORE=memory only: finished sessions kept resumable in memory, per API key
+    # (a key's oldest beyond this are forgotten). Persistent stores keep none.
     session_memory_max_finished: int = Field(512, ge=0)
+    # Live generations per API key, including those that run on after their client left
+    # (429 beyond). Empty: MAX_INFLIGHT_PER_KEY.
+    max_live_sessions_per_key: int | None = Field(None, ge=1)
+    # Bytes of events not yet persisted (a store that is down or slow) beyond which new
+    # streams are refused (503) until the store catches up; memory stays bounded.
+    session_max_unpersisted_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
-    # --- marketplace ----------------------------------------------------------
+    # --- the Responses API (stored responses, background runs) -------------------------
+    # How long a stored response (``store`` not false) can be retrieved and continued with
+    # ``previous_response_id``; OpenAI keeps them 30 days. The event stream of a background
+    # run stays replayable for SESSIONS_TTL_SECONDS.
+    responses_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # SESSION_STORE=memory or off: stored responses kept in memory (the oldest beyond this
+    # are forgotten). The persistent stores keep them in their database.
+    responses_memory_max: int = Field(1024, ge=1)
+
+    # --- the engine's operational routes ---------------------------------------------------
+    # Which of the engine's admin-capable routes an ADMIN_API_KEYS key may reach (relayed to
+    # vLLM, which serves them only in its dev mode or with runtime LoRA updating). Any other
+    # operational route is never reachable. Empty: none. See docs/api.md.
+    engine_admin_routes: CommaList = Field(
+        default_factory=lambda: ["/reset_prefix_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"])
+
+    # --- the gateway's database and its features --------------------------------
+    # The session store's database unless SESSIONS_DATABASE_URL says otherwise; features
+    # that keep data use it too unless their own setting names another.
     database_url: str = "sqlite+aiosqlite:///./data/stack.db"
-    seed_demo_data: bool = False
+    # Which installed features run: "all", "none", or names (e.g. "marketplace").
+    features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "admin_api_keys", mode="before")
+    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
+
+    @field_validator("engine_admin_routes")
+    @classmethod
+    def _admin_capable(cls, value: list[str]) -> list[str]:
+        unknown = [path for path in value if path not in ADMIN_CAPABLE_ROUTES]
+        if unknown:
+            raise ValueError(f"ENGINE_ADMIN_ROUTES may only name {', '.join(ADMIN_CAPABLE_ROUTES)}; "
+                             f"got {', '.join(unknown)}")
+        return value
 
     @field_validator("vllm_base_url")
     @classmethod

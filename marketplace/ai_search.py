@@ -22,14 +22,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.api import Gateway
 from marketplace import extraction, paging
-from marketplace.categories import PHRASES
+from marketplace.criteria import SearchCriteria, normalise_terms
 from marketplace.cursor import CursorSigner
 from marketplace.gazetteer import Gazetteer, Place, normalise
 from marketplace.listing import NEARBY_RADIUS_KM, PRICE_SORTS, search_out
 from marketplace.query import STOP_WORDS, ParsedQuery, parse_query
 from marketplace.schemas import AISearchOut, AISearchRequest
-from marketplace.criteria import SearchCriteria, normalise_terms
 from marketplace.settings import MarketplaceSettings
 
 MIN_PLAUSIBLE_PRICE = 100  # rupiah: nothing in a marketplace costs less
@@ -172,11 +172,11 @@ def criteria_for(parsed: ParsedQuery, *, body: AISearchRequest) -> SearchCriteri
     )
 
 
-async def understand(*, upstream, engine, settings: MarketplaceSettings, gazetteer: Gazetteer,
+async def understand(*, gateway: Gateway, settings: MarketplaceSettings, gazetteer: Gazetteer,
                      body: AISearchRequest, request_id: str | None = None) -> tuple[ParsedQuery, dict[str, Any]]:
     """The parse to search by, and what the answer shows of it: the parse, its sources, the engine's report."""
     rules = parse_query(body.query, gazetteer=gazetteer)
-    reading = await extraction.read_query(upstream=upstream, engine=engine, settings=settings, query=body.query,
+    reading = await extraction.read_query(gateway=gateway, settings=settings, query=body.query,
                                           request_id=request_id)
     accepted, rejected = ({}, {}) if reading.filters is None else check(
         reading.filters, query=body.query, rules=rules, gazetteer=gazetteer)
@@ -184,14 +184,14 @@ async def understand(*, upstream, engine, settings: MarketplaceSettings, gazette
     return merged, {"parsed": merged.as_dict(), "sources": sources, "engine": reading.report()}
 
 
-async def run(*, session: AsyncSession, signer: CursorSigner, upstream, engine, settings: MarketplaceSettings,
+async def run(*, session: AsyncSession, signer: CursorSigner, gateway: Gateway, settings: MarketplaceSettings,
               gazetteer: Gazetteer, body: AISearchRequest, request_id: str | None = None) -> AISearchOut:
     """One page of an AI search (page 1 reads the query; a cursor continues it)."""
     request = {"route": "ai-search", "query": body.query,
                "location": None if body.location is None else [body.location.lat, body.location.lng],
                "radius_km": body.radius_km, "in_stock": body.in_stock}
     if body.cursor is None:
-        merged, understood = await understand(upstream=upstream, engine=engine, settings=settings,
+        merged, understood = await understand(gateway=gateway, settings=settings,
                                               gazetteer=gazetteer, body=body, request_id=request_id)
         criteria = criteria_for(merged, body=body)
     else:  # the cursor holds the search, and what page 1 showed of it

@@ -31,13 +31,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.upstream import BadGateway, UpstreamHTTPError
+from gateway.api import BadGateway, EngineHTTPError
 from marketplace import geo, prompt
 from marketplace.errors import Conflict, Forbidden
+from marketplace.listing import criteria_from_parsed
 from marketplace.models import Conversation, Message, utcnow
 from marketplace.query import parse_query
 from marketplace.schemas import ChatRequest
-from marketplace.listing import criteria_from_parsed
 from marketplace.search import Hit, search_products
 from marketplace.users import get_user
 
@@ -148,7 +148,7 @@ async def answer_plan(*, upstream, plan: ChatPlan, request_id: str | None) -> Ch
     """The engine's answer to ``plan`` (502/503/504 gateway errors when it cannot give one)."""
     try:
         response = await upstream.post_json(CHAT_PATH, plan.payload, request_id=request_id)
-    except UpstreamHTTPError as exc:
+    except EngineHTTPError as exc:
         # The gateway built this request: an engine 4xx is the gateway's problem, not the client's.
         raise BadGateway(f"the inference engine refused the chat request: {exc.message}") from exc
     try:

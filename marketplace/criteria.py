@@ -106,7 +106,8 @@ def matching(criteria: SearchCriteria, dialect: str, *, via_index: bool) -> tupl
     where = filters(criteria)
     if condition is not None:
         where.append(condition)
-    match = textmatch.fts_match(criteria.terms, match_all=criteria.match_all_terms, dialect=dialect) if via_index else None
+    match = (textmatch.fts_match(criteria.terms, match_all=criteria.match_all_terms, dialect=dialect)
+             if via_index else None)
     if match is None:
         return select(Product.id).where(*where), score
     return (select(Product.id).select_from(textmatch.FTS).join(Product, Product.id == textmatch.FTS.c.rowid)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi.exceptions import RequestValidationError
 
-from gateway.errors import GatewayError
+from gateway.api import GatewayError
 
 
 class NotFound(GatewayError):

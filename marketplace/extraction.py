@@ -11,7 +11,7 @@ The query is untrusted text: it is cleaned like a chat message (template tokens 
 characters removed) and reaches the model only as a value inside one JSON document in the
 user message (``prompt.data_block``: ASCII, ``<`` and ``>`` escaped), never as instructions.
 
-The engine is asked through the gateway's upstream client (as ``/api/chat`` does) under a
+The engine is asked through the gateway (``gateway.api.Gateway``, as ``/api/chat`` does) under a
 timeout; a slow, failing or unavailable engine gives a ``Reading`` with the reason instead of
 an error, and the search goes on with the rule-based parse.
 """
@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.upstream import BadGateway, EngineTimeout, EngineUnavailable, UpstreamHTTPError
+from gateway.api import BadGateway, EngineHTTPError, EngineTimeout, EngineUnavailable, Gateway
 from marketplace import prompt, taxonomy
 from marketplace.query import MAX_RADIUS_KM
 from marketplace.schemas import PRICE_MAX
@@ -132,14 +132,14 @@ def parse_answer(response: dict[str, Any]) -> EngineFilters:
         raise ValueError("the answer does not follow the schema") from exc
 
 
-async def read_query(*, upstream, engine, settings: MarketplaceSettings, query: str,
+async def read_query(*, gateway: Gateway, settings: MarketplaceSettings, query: str,
                      request_id: str | None = None) -> Reading:
     """Ask the engine to read ``query``; never raises for the engine's failures."""
     if not settings.ai_search_engine:
         return Reading("disabled")
-    if not engine.ready:
+    if not gateway.engine_ready:
         return Reading("not_ready", detail="the engine is not ready")
-    model = engine.default_model
+    model = gateway.default_model
     body = request_body(query=query, model=model, max_tokens=settings.ai_search_max_tokens)
     started = time.perf_counter()
 
@@ -150,12 +150,12 @@ async def read_query(*, upstream, engine, settings: MarketplaceSettings, query: 
 
     try:
         async with asyncio.timeout(settings.ai_search_timeout_seconds):
-            response = await upstream.post_json(CHAT_PATH, body, request_id=request_id)
+            response = await gateway.post_json(CHAT_PATH, body, request_id=request_id)
     except (TimeoutError, EngineTimeout):
         return failed("timeout", f"no answer within {settings.ai_search_timeout_seconds:g} s")
     except EngineUnavailable as exc:
         return failed("unavailable", exc.message)
-    except (UpstreamHTTPError, BadGateway) as exc:
+    except (EngineHTTPError, BadGateway) as exc:
         return failed("error", exc.message)
     try:
         filters = parse_answer(response)

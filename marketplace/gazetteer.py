@@ -20,6 +20,12 @@ candidate is accepted when it is
 and rejected when it follows a noun that names products by their origin ("bakso malang",
 "batik pekalongan", "apel malang": ORIGIN_PRODUCT_NOUNS), unless a cue says otherwise.
 Among accepted candidates the longest wins, then a cued one, then the larger population.
+
+Suggesting places for a typed prefix (``suggest``, the place picker behind ``GET /api/places``):
+a name equal to the text first, then names starting with it, then names with a later word
+starting with it ("timur" finds "Jakarta Timur"); within each, primary names before aliases
+before alternate names, then the larger population. One linear pass over the ~3,000 names
+(well under a millisecond), so no prefix index.
 """
 
 import csv
@@ -133,6 +139,7 @@ class Gazetteer:
                         candidate = (kind, min(derived, 1), -row.place.population, row.place)
                         if key not in best or candidate[:3] < best[key][:3]:
                             best[key] = candidate
+        self._ranked = best
         self._places = {key: entry[-1] for key, entry in best.items()}
         self._max_words = max((key.count(" ") + 1 for key in self._places), default=1)
 
@@ -152,6 +159,27 @@ class Gazetteer:
             if candidate in self._places:
                 return self._places[candidate]
         return None
+
+    def suggest(self, text: str, *, limit: int) -> list[Place]:
+        """Up to ``limit`` places whose names match what was typed so far, best match first."""
+        query = normalise(text)
+        if not query or limit < 1:
+            return []
+        word_start = " " + query
+        ranks: dict[Place, tuple] = {}
+        for key, (kind, derived, negative_population, place) in self._ranked.items():
+            if key == query:
+                how = 0
+            elif key.startswith(query):
+                how = 1
+            elif word_start in key:
+                how = 2
+            else:
+                continue
+            rank = (how, kind, derived, negative_population, place.name)
+            if place not in ranks or rank < ranks[place]:
+                ranks[place] = rank
+        return sorted(ranks, key=ranks.__getitem__)[:limit]
 
     def find_in_text(self, text: str) -> tuple[Place | None, str]:
         """Find the best place mentioned in text; return it and the text without its words."""

@@ -67,5 +67,6 @@ def vincenty_km(lat1: float, lng1: float, lat2: float, lng2: float) -> float | N
 def great_circle_km(lat1: float, lng1: float, lat2: float, lng2: float) -> float:
     """Haversine distance on the mean-radius sphere (the antipodal fallback)."""
     phi1, phi2 = math.radians(lat1), math.radians(lat2)
-    h = math.sin((phi2 - phi1) / 2) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(math.radians(lng2 - lng1) / 2) ** 2
+    h = (math.sin((phi2 - phi1) / 2) ** 2
+         + math.cos(phi1) * math.cos(phi2) * math.sin(math.radians(lng2 - lng1) / 2) ** 2)
     return 2 * MEAN_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))

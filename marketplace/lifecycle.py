@@ -1,9 +1,10 @@
-"""Start and stop the marketplace: database engine, migrations, demo data, gazetteer.
+"""The marketplace feature's lifecycle: database engine, migrations, demo data, gazetteer, cursor key.
 
-``start(app, settings)`` runs the migrations, opens the engine, seeds the demo
-catalogue on a first start when ``SEED_DEMO_DATA`` is true (only into an
-empty catalogue), loads the offline gazetteer and the search cursors' signing key, and keeps all of it on
-``app.state.marketplace``; ``stop(app)`` closes the engine's connections.
+``start()`` runs the migrations, opens the database engine, seeds the demo catalogue on a
+first start when ``SEED_DEMO_DATA`` is true (only into an empty catalogue), loads the
+offline gazetteer and the search cursors' signing key (``marketplace.cursor``); ``stop()``
+closes the engine's connections. The gateway keeps the feature on ``app.state.marketplace``;
+the routes reach it through ``MarketplaceDep``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.config import Settings
+from gateway.api import Gateway
 from marketplace.cursor import CursorSigner, load_signer
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.gazetteer import Gazetteer
@@ -26,40 +26,44 @@ from marketplace.settings import MarketplaceSettings
 log = logging.getLogger("marketplace")
 
 
-@dataclass
 class Marketplace:
-    engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
-    gazetteer: Gazetteer
-    cursors: CursorSigner
-    settings: MarketplaceSettings
+    name = "marketplace"
 
+    def __init__(self, gateway: Gateway, settings: MarketplaceSettings, *, router: APIRouter) -> None:
+        self.gateway = gateway
+        self.settings = settings
+        self.router = router
+        self.database_url = settings.database_url(gateway.settings.database_url)
+        self.engine: AsyncEngine | None = None
+        self.db_sessions: async_sessionmaker[AsyncSession] | None = None
+        self.gazetteer: Gazetteer | None = None
+        self.cursors: CursorSigner | None = None
 
-async def start(app: FastAPI, settings: Settings) -> None:
-    await migrate(settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = create_sessionmaker(engine)
-    try:
-        if settings.seed_demo_data:
-            from marketplace.seed import seed_if_empty
+    async def start(self) -> None:
+        await migrate(self.database_url)
+        engine = create_engine(self.database_url)
+        db_sessions = create_sessionmaker(engine)
+        try:
+            if self.settings.seed_demo_data:
+                from marketplace.seed import seed_if_empty
 
-            created = await seed_if_empty(session_factory=sessions)
-            if created:
-                log.info("seeded the demo catalogue", extra={"suppliers": created[0], "products": created[1]})
-        gazetteer = await asyncio.to_thread(Gazetteer.load)
-        cursors = await load_signer(sessions)
-    except BaseException:
-        await engine.dispose()
-        raise
-    app.state.marketplace = Marketplace(engine=engine, sessions=sessions, gazetteer=gazetteer, cursors=cursors,
-                                        settings=MarketplaceSettings())
+                created = await seed_if_empty(session_factory=db_sessions)
+                if created:
+                    log.info("seeded the demo catalogue", extra={"suppliers": created[0], "products": created[1]})
+            self.gazetteer = await asyncio.to_thread(Gazetteer.load)
+            self.cursors = await load_signer(db_sessions)
+        except BaseException:
+            await engine.dispose()
+            raise
+        self.engine, self.db_sessions = engine, db_sessions
 
+    async def stop(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await engine.dispose()
 
-async def stop(app: FastAPI) -> None:
-    marketplace = getattr(app.state, "marketplace", None)
-    if marketplace is not None:
-        app.state.marketplace = None
-        await marketplace.engine.dispose()
+    def status(self) -> dict:
+        return {"ready": self.engine is not None}
 
 
 def get_marketplace(request: Request) -> Marketplace:
@@ -69,9 +73,9 @@ def get_marketplace(request: Request) -> Marketplace:
 MarketplaceDep = Annotated[Marketplace, Depends(get_marketplace)]
 
 
-async def get_session(marketplace: MarketplaceDep) -> AsyncIterator[AsyncSession]:
-    async with marketplace.sessions() as session:
+async def get_db_session(marketplace: MarketplaceDep) -> AsyncIterator[AsyncSession]:
+    async with marketplace.db_sessions() as session:
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+SessionDep = Annotated[AsyncSession, Depends(get_db_session)]

@@ -27,7 +27,7 @@ from marketplace.schemas import (
     SupplierSummary,
     has_nul,
 )
-from marketplace.search import Hit, SearchPage, hits_for, search_products
+from marketplace.search import Hit, SearchPage, hits_for
 from marketplace.textmatch import like_pattern
 
 # A place named in a natural-language query means "around there".

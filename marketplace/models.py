@@ -9,7 +9,7 @@ timezone-aware, JSON becomes JSONB on PostgreSQL.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from gateway.api import SESSION_ID_MAX  # the gateway's rule: a conversation's session id names its stream
 from marketplace import sphere
 
 # Field bounds, shared with the request schemas and the prompt builder.
@@ -39,7 +40,6 @@ DESCRIPTION_MAX = 5000
 CATEGORY_MAX = 64
 TAG_MAX = 40
 TAGS_MAX = 20
-SESSION_ID_MAX = 128
 ROLE_MAX = 16
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
@@ -48,7 +48,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator):
@@ -62,13 +62,13 @@ class UTCDateTime(TypeDecorator):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given for a UTC column")
-        value = value.astimezone(timezone.utc)
+        value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 class Base(DeclarativeBase):

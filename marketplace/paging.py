@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.criteria import After, SearchCriteria
 from marketplace.cursor import Cursor, CursorError, CursorSigner, fingerprint
 from marketplace.errors import invalid_field
-from marketplace.criteria import After, SearchCriteria
 from marketplace.search import SearchPage, search_products
 
 

@@ -89,7 +89,7 @@ def _amount(tag: str = "") -> str:
 
 
 _BOUND_WORDS = _alternation(_UPPER + _LOWER + _AROUND + _NEUTRAL)
-# Linear on any text (tests/unit/marketplace/test_linear_patterns.py): never two adjacent
+# Linear on any text (tests/marketplace/test_linear_patterns.py): never two adjacent
 # repeats that can match the same characters. "\s*:?\s*" was one: a run of n spaces with no
 # amount after it was split between the two in n ways at each start, quadratic in all.
 _LEAD = (rf"(?:(?<![a-z0-9])(?P<bound>{_BOUND_WORDS}|{_alternation(_RANGE_LEADS)})(?:nya)?(?![a-z])"

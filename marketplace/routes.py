@@ -13,20 +13,24 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
-from gateway.auth import PrincipalDep, WriterDep
+from gateway.api import PrincipalDep, WriterDep, request_id
 from marketplace import ai_search as ai_search_service
 from marketplace import catalog, chat, conversations, taxonomy, users
 from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
+from marketplace.errors import invalid_field
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
+    refuse_nul,
     run_search,
     search_criteria_from_query,
 )
 from marketplace.schemas import (
     MAX_ID,
     PAGE_LIMIT_MAX,
+    PLACE_QUERY_MAX,
+    PLACES_LIMIT_MAX,
     PRICE_MAX,
     QUERY_MAX,
     SEARCH_OFFSET_MAX,
@@ -38,6 +42,8 @@ from marketplace.schemas import (
     CompareOut,
     ConversationOut,
     MessageOut,
+    PlaceOut,
+    PlacesOut,
     ProductCreate,
     ProductOut,
     ProductPage,
@@ -126,11 +132,10 @@ async def search_products(
 async def ai_search(
     body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep, request: Request
 ) -> AISearchOut:
-    """Natural-language search: the rules and the engine read the query into filters, then it is searched like /search."""
-    state = request.app.state
+    """Natural-language search: the rules and the engine read the query into filters, searched like /search."""
     return await ai_search_service.run(
-        session=session, signer=mp.cursors, upstream=state.upstream, engine=state.engine, settings=mp.settings,
-        gazetteer=mp.gazetteer, body=body, request_id=request.scope["state"].get("request_id"),
+        session=session, signer=mp.cursors, gateway=mp.gateway, settings=mp.settings,
+        gazetteer=mp.gazetteer, body=body, request_id=request_id(request),
     )
 
 
@@ -174,20 +179,20 @@ async def get_user(user_id: Id, _: PrincipalDep, session: SessionDep) -> UserOut
 
 
 @router.post("/chat", response_model=ChatOut)
-async def chat_message(body: ChatRequest, principal: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
+async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
     """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
-    state = request.app.state
+    gateway = mp.gateway
     options = dict(
-        session_factory=mp.sessions,
+        session_factory=mp.db_sessions,
         gazetteer=mp.gazetteer,
         request=body,
-        model=state.engine.default_model,
-        max_tokens=state.settings.default_max_tokens,
-        temperature=state.settings.default_temperature,
+        model=gateway.default_model,
+        max_tokens=gateway.settings.default_max_tokens,
+        temperature=gateway.settings.default_temperature,
     )
     if body.stream:
-        return await stream_chat(http_request=request, principal=principal, **options)
-    outcome = await chat.chat(upstream=state.upstream, request_id=request.scope["state"].get("request_id"), **options)
+        return await stream_chat(gateway=gateway, http_request=request, **options)
+    outcome = await chat.chat(upstream=gateway, request_id=request_id(request), **options)
     return ChatOut(
         answer=outcome.answer.text,
         products=[hit_out(hit) for hit in outcome.plan.hits],
@@ -213,3 +218,20 @@ async def get_conversation(conversation_id: Id, _: PrincipalDep, session: Sessio
             for m in conversation.messages
         ],
     )
+
+
+# --- places ----------------------------------------------------------------------------------
+
+
+@router.get("/places")
+async def find_places(
+    _: PrincipalDep,
+    mp: MarketplaceDep,
+    q: Annotated[str, Query(max_length=PLACE_QUERY_MAX, description="the start of a place name")],
+    limit: Annotated[int, Query(ge=1, le=PLACES_LIMIT_MAX)] = 10,
+) -> PlacesOut:
+    """Places of the offline gazetteer whose names match what was typed so far, best match first."""
+    refuse_nul(q=q)
+    if not q.strip():
+        raise invalid_field("query", "q", "q must not be blank")
+    return PlacesOut(places=[PlaceOut.of(place) for place in mp.gazetteer.suggest(q, limit=limit)])

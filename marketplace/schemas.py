@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.api import SESSION_ID_MAX, SESSION_ID_RULE, is_valid_session_id
 from marketplace import geo, taxonomy
 from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.models import (
@@ -32,7 +33,6 @@ from marketplace.models import (
     DESCRIPTION_MAX,
     EMAIL_MAX,
     NAME_MAX,
-    SESSION_ID_MAX,
     TAG_MAX,
     TAGS_MAX,
 )
@@ -49,7 +49,6 @@ SEARCH_OFFSET_MAX = 10_000
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in both databases
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_SESSION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
 Price = Annotated[StrictInt, Field(ge=0, le=PRICE_MAX)]
@@ -410,8 +409,8 @@ class ChatRequest(Input):
     @field_validator("session_id")
     @classmethod
     def _session_id(cls, value: str | None) -> str | None:
-        if value is not None and not _SESSION_ID.match(value):
-            raise ValueError("session_id may contain only letters, digits, '-', '_' and '.'")
+        if value is not None and not is_valid_session_id(value):
+            raise ValueError(f"session_id {SESSION_ID_RULE}")
         return value
 
 
@@ -440,3 +439,26 @@ class ConversationOut(BaseModel):
     session_id: str
     created_at: datetime
     messages: list[MessageOut]
+
+
+# --- places (the gazetteer, for place pickers) ----------------------------------------------
+
+PLACE_QUERY_MAX = 100
+PLACES_LIMIT_MAX = 50
+
+
+class PlaceOut(BaseModel):
+    name: str
+    admin1: str | None = Field(description="province (GeoNames admin1), e.g. 'Jawa Timur'")
+    lat: float
+    lng: float
+    population: int
+
+    @classmethod
+    def of(cls, place) -> "PlaceOut":
+        return cls(name=place.name, admin1=place.admin, lat=place.point.lat, lng=place.point.lng,
+                   population=place.population)
+
+
+class PlacesOut(BaseModel):
+    places: list[PlaceOut] = Field(description="best match first")

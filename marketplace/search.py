@@ -73,7 +73,10 @@ async def search_products(
     page = None
     for attempt, notes in attempts:
         count, exact = await plans.count(session, attempt)
-        page = await _page(session, attempt, count, exact) if count else SearchPage([], 0, attempt, offset=attempt.offset)
+        if count:
+            page = await _page(session, attempt, count, exact)
+        else:
+            page = SearchPage([], 0, attempt, offset=attempt.offset)
         page.fallback = notes
         if count:
             return page

@@ -202,7 +202,7 @@ async def seed_if_empty(*, session_factory: async_sessionmaker[AsyncSession]) ->
         await session.flush()
         products = [
             Product(supplier_id=row.id, tags_text=tags_text_for(p["tags"]), created_at=now, updated_at=now, **p)
-            for row, s in zip(rows, catalogue)
+            for row, s in zip(rows, catalogue, strict=True)
             for p in s.products
         ]
         session.add_all(products)
@@ -230,9 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", help="default: DATABASE_URL from the environment / settings")
     args = parser.parse_args(argv)
     if args.database_url is None:
-        from gateway.config import Settings
+        from gateway.api import Settings
+        from marketplace.settings import MarketplaceSettings
 
-        args.database_url = Settings().database_url
+        args.database_url = MarketplaceSettings().database_url(Settings().database_url)
     asyncio.run(_main(args.database_url))
 
 

@@ -1,7 +1,11 @@
-"""The marketplace's own settings, read from the environment like the gateway's.
+"""The marketplace's own settings (environment variables), separate from the gateway's.
 
 Each field maps to the environment variable of the same name in upper case
 (``ai_search_timeout_seconds`` <- ``AI_SEARCH_TIMEOUT_SECONDS``); docs/marketplace.md lists them.
+``MARKETPLACE_DATABASE_URL`` names the marketplace's database; unset, it shares the
+gateway's ``DATABASE_URL`` (one SQLite file by default). ``SEED_DEMO_DATA`` loads the demo
+catalogue into an empty database at start-up. The ``AI_SEARCH_*`` settings decide whether and
+how ``POST /api/products/ai-search`` asks the engine to read a query.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class MarketplaceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
 
+    marketplace_database_url: str = ""  # empty: the gateway's DATABASE_URL
+    seed_demo_data: bool = False
     # POST /api/products/ai-search asks the engine to read the query (structured outputs);
     # false: the rule-based parser alone.
     ai_search_engine: bool = True
@@ -20,3 +26,6 @@ class MarketplaceSettings(BaseSettings):
     ai_search_timeout_seconds: float = Field(4.0, gt=0, le=60)
     # Room for the JSON answer (a real model needs 60-150 tokens; the schema bounds every field).
     ai_search_max_tokens: int = Field(300, ge=32, le=2048)
+
+    def database_url(self, gateway_database_url: str) -> str:
+        return self.marketplace_database_url or gateway_database_url

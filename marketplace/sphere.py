@@ -5,7 +5,7 @@ either database; a search that orders 20,000 suppliers by it spends a third of a
 that alone. But most suppliers are plainly inside or plainly outside the distance of
 interest, and the great-circle distance on the mean-radius sphere tells which: it differs
 from the geodesic by less than 0.6 % for any two points (the ellipsoid's flattening is 1/298;
-``tests/unit/marketplace/test_sphere.py`` checks the bound on random and extreme pairs). So,
+``tests/marketplace/test_sphere.py`` checks the bound on random and extreme pairs). So,
 with ``MARGIN`` = 1 %:
 
     sphere <= d / MARGIN  ->  geodesic <= d         (certainly within d)

@@ -1,7 +1,7 @@
 """``/api/chat`` with ``stream: true``: the answer as server-sent events.
 
 The stream goes through the gateway's one streaming path
-(``gateway.openai.streaming.stream_chat_completion``: resumable sessions when
+(``Gateway.stream_chat_completion`` of ``gateway.api``: resumable sessions when
 they are enabled, a plain relay otherwise). Its first response headers carry
 what the JSON answer would: ``X-Conversation-Id``, ``X-Chat-Session-Id`` and
 ``X-Product-Ids`` (the products the model was shown, in order).
@@ -21,9 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.auth import Principal
-from gateway.openai.streaming import stream_chat_completion
-from gateway.stream_result import StreamResult
+from gateway.api import Gateway, StreamResult
 from marketplace import chat
 
 log = logging.getLogger("marketplace.chat")
@@ -48,7 +46,7 @@ class HeadersAdded(Response):
 
 
 async def stream_chat(
-    *, http_request: Request, principal: Principal, session_factory, **plan_options
+    *, gateway: Gateway, http_request: Request, session_factory, **plan_options
 ) -> Response:
     """Plan the chat, open the conversation, stream the engine's answer, store it when complete."""
     plan = await chat.plan_chat(session_factory=session_factory, **plan_options)
@@ -65,9 +63,7 @@ async def stream_chat(
         except Exception:  # the client has its answer; a failed write must not break the stream
             log.exception("could not store a streamed chat exchange", extra={"conversation_id": conversation_id})
 
-    response = await stream_chat_completion(
-        http_request, plan.payload, principal=principal, on_complete=on_complete
-    )
+    response = await gateway.stream_chat_completion(http_request, plan.payload, on_complete=on_complete)
     return HeadersAdded(
         response,
         {

@@ -1,8 +1,16 @@
-"""Test infrastructure shared by every tier; feature fixtures live in conftest files below.
+"""Test infrastructure shared by every test; fixtures of one package live in its folder's conftest.
 
-Fixtures that start real services (tests/fixtures/): ``vllm_engine`` / ``idle_vllm_engine``
-(a real vLLM engine), ``postgres_server`` / ``postgres_dsn`` / ``postgres_database_url`` (a real
-PostgreSQL), and ``tests.fixtures.servers.run_uvicorn`` (the app under real uvicorn).
+The tests mirror the code: tests/gateway/<package>/ for each gateway package, tests/bench/,
+tests/launcher/, tests/docs/ (the docs say what is true), tests/architecture/, one folder per
+feature (tests/playground/, ...); helpers and fixture plugins live in one package,
+tests/support/. A package's fast and integration tests sit side by side: the tier is a marker,
+not a folder (``SERVICE_FIXTURES`` below).
+
+Fixtures that start real services (plugins in tests/support/): ``vllm_engine`` /
+``idle_vllm_engine`` (a real vLLM engine, ``engine.py``), ``postgres_server`` /
+``postgres_dsn`` / ``postgres_database_url`` (a real PostgreSQL, ``postgres.py``), ``browser``
+(a real headless Chromium, ``browser.py``), and ``tests.support.servers.run_uvicorn`` (an app
+under real uvicorn). ``fake_engine`` (below) is the fake OpenAI upstream of the fast tests.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ import pytest
 from tests.support.fake_engine import FakeEngine, running_fake_engine
 
 pytest_plugins = [
-    "tests.fixtures.servers",  # first: the other two import it
-    "tests.fixtures.engine",
-    "tests.fixtures.postgres",
+    "tests.support.servers",  # first: the others import it
+    "tests.support.engine",
+    "tests.support.postgres",
+    "tests.support.browser",
 ]
 
 # A test that uses one of these fixtures needs a real service, so it belongs to the
@@ -27,6 +36,7 @@ SERVICE_FIXTURES = {
     "postgres_server": "postgres",
     "postgres_dsn": "postgres",
     "postgres_database_url": "postgres",
+    "browser": "browser",
 }
 
 

@@ -42,9 +42,12 @@ class FakeEngine:
     received: list[Received] = field(default_factory=list)
     streams_started: int = 0
     streams_aborted: int = 0
+    streams_active: int = 0       # streams being generated right now
+    most_streams_active: int = 0  # the most at once so far
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
+    api_key: str | None = None  # the fake checks none; GatewayProcess passes it on like a real engine's
     _runner: web.AppRunner | None = None
 
     async def start(self) -> "FakeEngine":
@@ -120,6 +123,14 @@ class FakeEngine:
 
     async def _stream(self, request: web.Request, payload: dict) -> web.StreamResponse:
         self.streams_started += 1
+        self.streams_active += 1
+        self.most_streams_active = max(self.most_streams_active, self.streams_active)
+        try:
+            return await self._generate(request, payload)
+        finally:
+            self.streams_active -= 1
+
+    async def _generate(self, request: web.Request, payload: dict) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         n_tokens = int(payload.get("max_tokens") or 16)
@@ -178,7 +189,7 @@ async def running_fake_engine(**kwargs):
         await engine.stop()
 
 
-def settings_for(engine: FakeEngine, **values) -> "Settings":
+def settings_for(engine: FakeEngine, **values):
     """Gateway settings in front of ``engine``: no access log, no background engine polling."""
     from gateway.config import Settings
 

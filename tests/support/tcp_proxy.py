@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 
-from tests.fixtures.servers import free_port
+from tests.support.servers import free_port
 
 
 class TcpProxy:

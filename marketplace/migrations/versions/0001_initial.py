@@ -14,16 +14,16 @@ Revises:
 Create Date: 2026-11-30
 """
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0001"
-down_revision: Union[str, Sequence[str], None] = None
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -204,6 +204,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP FUNCTION IF EXISTS geodesic_km(double precision, double precision, double precision, double precision)")
+        op.execute("DROP FUNCTION IF EXISTS "
+                   "geodesic_km(double precision, double precision, double precision, double precision)")
     for table in ("messages", "conversations", "users", "products", "suppliers"):
         op.drop_table(table)

@@ -20,15 +20,15 @@ Create Date: 2027-01-18
 import json
 import re
 import unicodedata
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0002"
-down_revision: Union[str, Sequence[str], None] = "0001"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 TOP_LEVEL = ("elektronik", "fashion", "makanan", "rumah-tangga", "otomotif", "kesehatan", "olahraga", "hobi")
 BATCH = 5000

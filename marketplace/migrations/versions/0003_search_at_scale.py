@@ -23,15 +23,15 @@ Create Date: 2027-01-20
 
 import math
 import secrets
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: Union[str, Sequence[str], None] = "0002"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 BATCH = 5000
 FTS_MIN_SQLITE = (3, 34, 0)
@@ -121,7 +121,8 @@ def upgrade() -> None:
         version = tuple(int(part) for part in connection.exec_driver_sql("SELECT sqlite_version()").scalar().split("."))
         if version < FTS_MIN_SQLITE:
             raise RuntimeError(f"the marketplace search needs SQLite {'.'.join(map(str, FTS_MIN_SQLITE))} or newer "
-                               f"(FTS5 with the trigram tokenizer); this Python uses SQLite {'.'.join(map(str, version))}")
+                               "(FTS5 with the trigram tokenizer); "
+                               f"this Python uses SQLite {'.'.join(map(str, version))}")
         op.execute(FTS_TABLE)
         for trigger in FTS_TRIGGERS:
             op.execute(trigger)

@@ -1,0 +1,245 @@
+"""Instructions per request, counted by valgrind: a relay's cost that no other work on the machine changes.
+
+    python -m bench.instructions [--requests 40] [--concurrency 4] [--variants off sqlite]
+                                 [--baseline-tree DIR] [--out bench/results/instructions.md]
+
+CPU time per request (bench.run) moves with whatever else the machine runs; the number of
+instructions a process executes for the same work does not. Each server under test (the
+bare aiohttp relay, the gateway per SESSION_STORE variant, and with ``--baseline-tree`` the
+gateway of another checkout) runs under ``valgrind --tool=callgrind`` in front of the fast
+fake upstream; after a warm-up the counters are zeroed, a fixed number of requests is sent
+(streamed: 256 chunks; non-streamed: 16 tokens), and the dump's total is divided by them.
+Ratios against the bare relay are what to read (valgrind counts the interpreter too).
+
+Valgrind slows Python about 50 times, so what the gateway batches by the clock (session
+writes, every ``SESSION_FLUSH_INTERVAL``) would be done 50 times as often per request;
+the session variants run with that interval stretched by the same factor (``--slowdown``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench.machine import REPO_ROOT
+from bench.procs import PYTHON, free_port, start_fake_upstream, stop_server
+
+API_KEY = "bench-key-not-a-secret"
+HEADERS = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+MODEL = "fake-model"
+STARTUP_TIMEOUT = 1200.0  # Python under valgrind starts about 50x slower (migrations included)
+
+
+def server_argv(name: str, port: int, upstream: str) -> list[str]:
+    if name == "bare-relay":
+        return [PYTHON, "-m", "bench.relay_servers", "--client", "aiohttp", "--upstream", upstream, "--port", str(port)]
+    return [PYTHON, "-m", "gateway"]
+
+
+FLUSH_INTERVAL = 0.05  # the default SESSION_FLUSH_INTERVAL
+
+
+def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | None,
+               slowdown: float = 50.0) -> dict[str, str]:
+    variant, _, base = name.partition("@")
+    env = {**os.environ, "VLLM_BASE_URL": upstream, "HOST": "127.0.0.1", "PORT": str(port), "API_KEYS": API_KEY,
+           "SESSION_STORE": variant if variant != "bare-relay" else "off", "ACCESS_LOG": "true",
+           "DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/{name}-{port}.db",
+           "SESSION_FLUSH_INTERVAL": str(FLUSH_INTERVAL * slowdown),
+           "MAX_INFLIGHT": "4096", "MAX_INFLIGHT_PER_KEY": "4096"}
+    if base:
+        env["PYTHONPATH"] = str(baseline)
+    return env
+
+
+async def wait_up(url: str, deadline: float) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        while True:
+            try:
+                async with session.get(url + "/health") as response:
+                    if response.status in (200, 404):
+                        return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not come up")
+            await asyncio.sleep(0.5)
+
+
+async def load(url: str, *, stream: bool, requests: int, concurrency: int) -> int:
+    """Send ``requests`` chat completions, ``concurrency`` at a time; how many completed fully."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream,
+            "max_tokens": 256 if stream else 16}
+    done = 0
+    queue = list(range(requests))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def worker() -> None:
+            nonlocal done
+            while queue:
+                queue.pop()
+                async with session.post(url + "/v1/chat/completions", json=body, headers=HEADERS) as response:
+                    payload = await response.read()
+                    if response.status == 200 and (not stream or payload.rstrip().endswith(b"[DONE]")):
+                        done += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done
+
+
+def control(command: str, pid: int, env: dict[str, str]) -> None:
+    """``callgrind_control`` in the server's environment: valgrind names its control pipes after
+    HOST and USER, which the server's environment sets (HOST is also the gateway's bind address)."""
+    done = subprocess.run(["callgrind_control", command, str(pid)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"callgrind_control {command} failed: {done.stdout} {done.stderr}")
+
+
+async def dump_counters(pid: int, url: str, directory: Path, prefix: str, env: dict[str, str]) -> Path:
+    """Ask callgrind for a dump of ``pid``; the file it wrote (``prefix`` or ``prefix.N``).
+
+    Valgrind handles the request when the process next runs, so the server is woken up
+    with a small request until a dump file is new or has changed.
+    """
+    def files() -> dict[Path, tuple[float, int]]:
+        return {p: (p.stat().st_mtime, p.stat().st_size) for p in directory.glob(prefix + "*")}
+
+    before = files()
+
+    def written() -> list[Path]:
+        now = files()
+        return [p for p, seen in now.items() if seen[1] > 0 and before.get(p) != seen]
+
+    control("-d", pid, env)
+    deadline = time.monotonic() + 300
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        while not written():
+            if time.monotonic() > deadline:
+                raise TimeoutError("callgrind wrote no dump")
+            try:
+                async with session.get(url + "/livez") as response:
+                    await response.read()
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.5)
+    await asyncio.sleep(2.0)  # let the file be written out
+    (dump,) = written()
+    return dump
+
+
+def callgrind_total(dump: Path) -> int:
+    """The instruction total of one callgrind dump (all threads: --separate-threads=no)."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise ValueError(f"no totals in {dump}")
+
+
+async def measure(name: str, *, upstream: str, tmp: Path, baseline: Path | None, requests: int,
+                  concurrency: int, slowdown: float) -> dict:
+    port = free_port()
+    out = tmp / f"callgrind.{name.replace('@', '-')}"
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", "--dump-instr=no",
+            *server_argv(name, port, upstream)]
+    log = open(tmp / f"{name}.log", "wb")
+    env = server_env(name, port, upstream, tmp, baseline, slowdown)
+    process = subprocess.Popen(argv, cwd=str(REPO_ROOT) if name == "bare-relay" else str(tmp), env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=False)
+    url = f"http://127.0.0.1:{port}"
+    figures = {}
+    try:
+        await wait_up(url, time.monotonic() + STARTUP_TIMEOUT)
+        for stream in (False, True):
+            await load(url, stream=stream, requests=max(4, concurrency), concurrency=concurrency)  # warm-up
+            control("-z", process.pid, env)
+            completed = await load(url, stream=stream, requests=requests, concurrency=concurrency)
+            dump = await dump_counters(process.pid, url, tmp, f"{out.name}.{process.pid}", env)
+            figures["stream" if stream else "non-stream"] = {
+                "completed": completed, "instructions_per_request": callgrind_total(dump) / max(1, completed)}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+    return figures
+
+
+def report(results: dict[str, dict], *, requests: int, concurrency: int) -> str:
+    bare = results.get("bare-relay", {})
+    lines = [f"# Instructions per request (valgrind callgrind), {time.strftime('%Y-%m-%d')}", "",
+             f"{requests} requests per scenario, {concurrency} at a time, fake upstream; streamed: 256 chunks, "
+             "non-streamed: 16 tokens. Counted in the server process (interpreter included), so read the ratios; "
+             "session writes batched over a flush interval stretched like valgrind stretches time.",
+             "", "| server | non-streamed Minstr/req | ratio | streamed Minstr/req | ratio |", "|---|---|---|---|---|"]
+    for name, figures in results.items():
+        row = [name]
+        for scenario in ("non-stream", "stream"):
+            value = figures.get(scenario, {}).get("instructions_per_request")
+            reference = bare.get(scenario, {}).get("instructions_per_request")
+            row.append("-" if value is None else f"{value / 1e6:.2f}")
+            row.append("-" if not value or not reference else f"{value / reference:.2f}x")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    names = ["bare-relay", *args.variants]
+    if args.baseline_tree is not None:
+        names += [f"{v}@base" for v in args.variants]
+    with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp_name:
+        tmp = Path(tmp_name)
+        upstream = await start_fake_upstream(log_dir=tmp, cores=None)
+        results = {}
+        try:
+            for name in names:
+                print(f"--- {name}", flush=True)
+                results[name] = await measure(name, upstream=upstream.base_url, tmp=tmp,
+                                              baseline=args.baseline_tree, requests=args.requests,
+                                              concurrency=args.concurrency, slowdown=args.slowdown)
+                print(f"  {results[name]}", flush=True)
+        finally:
+            await stop_server(upstream)
+    text = report(results, requests=args.requests, concurrency=args.concurrency)
+    if args.baseline_tree is not None:
+        text += f"\n`@base`: the gateway of `{args.baseline_tree}` (git {_head(args.baseline_tree)}).\n"
+    text += f"Measured tree: git {_head(REPO_ROOT)}.\n"
+    args.out.write_text(text)
+    print(text)
+
+
+def _head(tree: Path) -> str:
+    found = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or "?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--variants", nargs="+", default=["off", "sqlite"])
+    parser.add_argument("--baseline-tree", type=Path)
+    parser.add_argument("--slowdown", type=float, default=50.0,
+                        help="how much slower Python runs under valgrind: clock-batched work is stretched by it")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "instructions.md")
+    args = parser.parse_args(argv)
+    if args.baseline_tree is not None:
+        args.baseline_tree = args.baseline_tree.resolve()
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""What can go wrong talking to an engine, as gateway errors a client can act on.
+
+engine unreachable -> 503, engine too slow -> 504, engine broke the exchange -> 502. An HTTP
+error answered by the engine itself is :class:`EngineHTTPError`, carrying the engine's status
+and its raw body (relayed to clients as the engine wrote it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.http.errors import GatewayError
+
+
+class EngineError(GatewayError):
+    """The engine could not be used."""
+
+
+class EngineUnavailable(EngineError):
+    def __init__(self, message: str = "the inference engine is unavailable") -> None:
+        super().__init__(503, message, code="engine_unavailable")
+
+
+class EngineTimeout(EngineError):
+    def __init__(self, message: str = "the inference engine did not answer in time") -> None:
+        super().__init__(504, message, code="engine_timeout")
+
+
+class BadGateway(EngineError):
+    def __init__(self, message: str = "the inference engine sent an invalid response") -> None:
+        super().__init__(502, message, code="bad_gateway")
+
+
+class EngineHTTPError(EngineError):
+    """The engine answered with an HTTP error; ``body`` is its raw JSON bytes."""
+
+    def __init__(self, status: int, message: str, body: bytes, param: str | None = None, code: Any = None) -> None:
+        gateway_status = status if 400 <= status < 500 else 502
+        super().__init__(gateway_status, message, param=param, code=code if isinstance(code, str) else None)
+        self.upstream_status = status
+        self.body = body
+
+
+def parse_error_body(status: int, body: bytes) -> EngineHTTPError:
+    """Turn an engine error response (OpenAI envelope, FastAPI detail or text) into an error."""
+    message = body.decode("utf-8", "replace")[:2000] or f"engine returned HTTP {status}"
+    param = code = None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict):
+            message = str(error.get("message") or message)
+            param, code = error.get("param"), error.get("code")
+        elif isinstance(data.get("detail"), str):
+            message = data["detail"]
+        elif isinstance(data.get("message"), str):
+            message = data["message"]
+    if status >= 500:
+        message = f"the inference engine failed: {message}"
+    return EngineHTTPError(status, message, body, param=param if isinstance(param, str) else None, code=code)
+
+
+def translate_client_error(exc: BaseException) -> EngineError:
+    """Map an aiohttp/asyncio failure to the gateway error a client should see."""
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return EngineTimeout()
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return EngineUnavailable(f"the inference engine is unreachable ({exc.os_error.strerror or exc})")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return BadGateway("the inference engine closed the connection")
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return BadGateway(f"the inference engine sent an invalid response ({exc.__class__.__name__})")
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return EngineUnavailable(f"the inference engine is unavailable ({exc.__class__.__name__})")
+    raise exc

@@ -1,0 +1,216 @@
+"""The gateway's one ASGI middleware: request id, auth, admission, body limit, timing, access log.
+
+Pure ASGI on purpose: it never wraps or buffers the response body (Starlette's
+BaseHTTPMiddleware would, costing time per chunk and hiding disconnects). It
+touches exactly one response message, the start (to add headers); body chunks
+pass straight through. Refusals are written in the error shape of the route
+family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
+Bearer`` or ``x-api-key`` (``http.auth``).
+
+A request that returns without starting a response is one whose client left
+first: it is counted and logged as 499 (nginx's "client closed request"), so
+impatient clients do not show up as server errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.http.admission import Admission
+from gateway.http.auth import API_KEY_HEADER, LOCAL_PRINCIPAL, MISSING_KEY, KeyRing, request_keys
+from gateway.http.errors import ErrorShapes, GatewayError
+from gateway.http.logs import request_id_var
+from gateway.http.metrics import Metrics
+from gateway.http.timing import ENGINE_WAIT, serving_scope
+
+log = logging.getLogger("gateway.access")
+
+ALWAYS_PUBLIC = frozenset({"/health", "/livez", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+CLIENT_CLOSED_REQUEST = 499
+# The server's own ``send``, kept in the scope: once a response has started (its headers went
+# through every wrapper, this middleware's included), a stream may send its body messages
+# here directly, skipping one Python call per body (measured: bench/instructions.py). A wrapper
+# that must see body messages replaces this entry with itself wrapped around it.
+SERVER_SEND = "gateway.server_send"
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(12)
+
+
+class GatewayMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keyring: KeyRing,
+        admission: Admission,
+        metrics: Metrics,
+        error_shapes: ErrorShapes,
+        max_body_bytes: int,
+        metrics_require_auth: bool,
+        access_log: bool = True,
+        public_paths: frozenset[str] = frozenset(),
+    ) -> None:
+        self.app = app
+        self.keyring = keyring
+        self.admission = admission
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        # ``public_paths``: exact paths features serve without a key (the playground's files).
+        public = ALWAYS_PUBLIC | public_paths
+        self.public = public if metrics_require_auth else public | {"/metrics"}
+        self.access_log = access_log
+        self.error_shapes = error_shapes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        started = time.perf_counter()
+        authorization = api_key = request_id = content_length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == API_KEY_HEADER:
+                api_key = value
+            elif name == b"x-request-id":
+                request_id = value.decode("latin-1")
+            elif name == b"content-length":
+                content_length = value
+        if request_id is None or not REQUEST_ID_OK.match(request_id):
+            request_id = new_request_id()
+        token = request_id_var.set(request_id)
+        scope[ENGINE_WAIT] = 0.0
+        scope[SERVER_SEND] = send
+        scope_token = serving_scope.set(scope)
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+
+        status_holder: list[int | None] = [None]
+        metrics = self.metrics
+        rid_header = (b"x-request-id", request_id.encode())
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder[0] = message["status"]
+                added = time.perf_counter() - started - scope[ENGINE_WAIT]
+                metrics.overhead.observe(added)
+                headers = list(message.get("headers", ()))
+                headers.append(rid_header)
+                headers.append((b"x-gateway-added-ms", f"{added * 1000:.3f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        path = scope["path"]
+        key_id = "-"
+        admitted = False
+        try:
+            refusal = self._check_body_size(content_length)
+            if refusal is None and path not in self.public:
+                principal, refusal = self._authenticate(authorization, api_key)
+                if principal is not None:
+                    state["principal"] = principal
+                    key_id = principal.key_id
+                    if path != "/metrics":
+                        reason = self.admission.try_enter(key_id)
+                        if reason is None:
+                            admitted = True
+                        else:
+                            metrics.rejected.labels("admission").inc()
+                            refusal = GatewayError(
+                                429, reason, code="too_many_requests", headers={"retry-after": "1"}
+                            )
+            elif refusal is None:
+                state["principal"] = None
+            if refusal is not None:
+                await self.error_shapes.send(path, refusal, send_with_headers)
+                return
+            if content_length is None and scope["method"] in ("POST", "PUT", "PATCH"):
+                receive = self._limited(receive)
+            await self.app(scope, receive, send_with_headers)
+            if status_holder[0] is None:
+                status_holder[0] = CLIENT_CLOSED_REQUEST
+        finally:
+            if admitted:
+                self.admission.leave(key_id)
+            if status_holder[0] is None:
+                status_holder[0] = 500  # the app raised before answering
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            route_label = getattr(route, "path", "unmatched")
+            metrics.observe_request(route_label, status_holder[0], elapsed)
+            if self.access_log:
+                log.info(
+                    "request",
+                    extra={"fields": {
+                        "method": scope["method"],
+                        "path": path,
+                        "status": status_holder[0],
+                        "ms": round(elapsed * 1000, 3),
+                        "upstream_ms": round(scope[ENGINE_WAIT] * 1000, 3),
+                        "key_id": key_id,
+                    }},
+                )
+            request_id_var.reset(token)
+            serving_scope.reset(scope_token)
+
+    def _authenticate(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
+        if not self.keyring.enabled:
+            return LOCAL_PRINCIPAL, None
+        keys = request_keys(authorization, api_key)
+        principal = None
+        for key in keys:  # a bearer token or an x-api-key: either one that is a configured key will do
+            principal = self.keyring.authenticate(key)
+            if principal is not None:
+                break
+        if principal is None:
+            self.metrics.rejected.labels("auth").inc()
+            message = MISSING_KEY if not keys else "invalid API key"
+            return None, GatewayError(
+                401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"}
+            )
+        return principal, None
+
+    def _check_body_size(self, content_length: bytes | None) -> GatewayError | None:
+        if content_length is None:
+            return None
+        try:
+            size = int(content_length)
+        except ValueError:
+            return GatewayError(400, "invalid Content-Length header", param="content-length")
+        if size > self.max_body_bytes:
+            self.metrics.rejected.labels("body_size").inc()
+            return GatewayError(
+                413,
+                f"request body of {size} bytes exceeds the limit of {self.max_body_bytes} bytes",
+                code="request_too_large",
+            )
+        return None
+
+    def _limited(self, receive: Receive) -> Receive:
+        """Wrap ``receive`` so a chunked body larger than the limit fails with 413."""
+        limit = self.max_body_bytes
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    self.metrics.rejected.labels("body_size").inc()
+                    raise GatewayError(
+                        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+                    )
+            return message
+
+        return limited_receive

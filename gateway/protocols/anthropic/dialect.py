@@ -1,0 +1,121 @@
+"""The Anthropic streaming dialect: ``event: <name>`` + ``data:`` events, ending with ``message_stop``.
+
+vLLM converts its chat stream into Anthropic's events: ``message_start`` (input tokens),
+``content_block_start``/``delta``/``stop``, ``message_delta`` (stop reason, input and output
+tokens), ``message_stop``; no ``ping`` (the gateway's keep-alive comments cover silences) and
+no ``[DONE]``. They are relayed as they are: a read of content deltas costs two byte
+searches. Only the message events are decoded (usage per key), and an ``error`` event gets
+Anthropic's type name (vLLM writes ``internal_error``; Anthropic's is ``api_error``).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.protocols.anthropic.errors import error_event_data
+from gateway.relay.dialect import StreamResult
+from gateway.relay.sse import SEPARATOR, event_json, split_events
+
+MESSAGE_EVENT = b"event: message_"
+ERROR_EVENT = b"event: error\n"
+DELTA_EVENT = b"event: content_block_delta\n"
+STOP_EVENT = b"event: message_stop\n"
+CANCELLED_STOP_REASON = "cancelled"  # not one of Anthropic's: clients can tell it from end_turn and max_tokens
+
+
+def _event(name: str, payload: dict) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload)
+
+
+class AnthropicTracker:
+    __slots__ = ("ended", "_collect_text", "_result", "_parts", "_input_tokens")
+
+    def __init__(self, *, collect_text: bool) -> None:
+        self.ended = False
+        self._collect_text = collect_text
+        self._result = StreamResult()
+        self._parts: list[str] = []
+        self._input_tokens = 0
+
+    def accept(self, block: bytes) -> bytes:
+        if not self._collect_text and MESSAGE_EVENT not in block and ERROR_EVENT not in block:
+            self._result.content_events += block.count(DELTA_EVENT)
+            return block
+        kept: list[bytes] = []
+        changed = False
+        for event in split_events(block):
+            if event.startswith(b"event: content_block_delta"):
+                self._result.content_events += 1
+                if self._collect_text:
+                    self._read_text(event)
+            elif event.startswith(b"event: message_"):
+                self._read_message_event(event)
+            elif event.startswith(b"event: error"):
+                event, rewritten = self._error(event)
+                changed = changed or rewritten
+                self.ended = True
+            kept.append(event)
+            if self.ended:
+                changed = changed or len(kept) < block.count(SEPARATOR)
+                break
+        return SEPARATOR.join(kept) + SEPARATOR if changed else block
+
+    def _read_message_event(self, event: bytes) -> None:
+        data = event_json(event) or {}
+        kind = data.get("type")
+        if kind == "message_start":
+            usage = (data.get("message") or {}).get("usage") or {}
+            self._input_tokens = usage.get("input_tokens") or 0
+        elif kind == "message_delta":
+            usage = data.get("usage") or {}
+            self._result.usage = {"prompt_tokens": usage.get("input_tokens") or self._input_tokens,
+                                  "completion_tokens": usage.get("output_tokens") or 0}
+            self._result.finish_reason = (data.get("delta") or {}).get("stop_reason")
+        elif kind == "message_stop":
+            self.ended = True
+
+    def _error(self, event: bytes) -> tuple[bytes, bool]:
+        data = event_json(event) or {}
+        error = data.get("error") if isinstance(data.get("error"), dict) else {}
+        self._result.error = str(error.get("message"))
+        if error.get("type") == "internal_error":
+            return b"event: error\ndata: " + error_event_data(self._result.error), True
+        return event, False
+
+    def _read_text(self, event: bytes) -> None:
+        delta = (event_json(event) or {}).get("delta") or {}
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            self._parts.append(delta["text"])
+
+    def result(self) -> StreamResult:
+        if self._parts:
+            self._result.text = "".join(self._parts)
+        if self._result.usage is None and self._input_tokens:  # cut before message_delta
+            estimated = self._result.estimated_usage() or {"completion_tokens": 0}
+            self._result.usage = {"prompt_tokens": self._input_tokens,
+                                  "completion_tokens": estimated["completion_tokens"]}
+        return self._result
+
+
+class AnthropicDialect:
+    name = "anthropic"
+
+    def tracker(self, *, relay_usage: bool, collect_text: bool) -> AnthropicTracker:
+        return AnthropicTracker(collect_text=collect_text)
+
+    def error_events(self, message: str, code: str) -> list[bytes]:
+        return [b"event: error\ndata: " + error_event_data(message)]
+
+    def is_last(self, frame: bytes) -> bool:
+        return STOP_EVENT in frame or ERROR_EVENT in frame
+
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+                         model: object, choices: int) -> list[bytes]:
+        """A ``message_delta`` with stop reason "cancelled", then ``message_stop``."""
+        return [_event("message_delta", {"type": "message_delta",
+                                         "delta": {"stop_reason": CANCELLED_STOP_REASON, "stop_sequence": None},
+                                         "usage": {"output_tokens": 0}, "cancel_reason": reason}),
+                _event("message_stop", {"type": "message_stop"})]
+
+
+ANTHROPIC = AnthropicDialect()

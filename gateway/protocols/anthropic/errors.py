@@ -1,0 +1,63 @@
+"""Anthropic's error envelope, for every error on the Messages routes: the gateway's own and the engine's.
+
+``{"type": "error", "error": {"type": <Anthropic's type>, "message": ...}}``, with the type
+chosen by status from Anthropic's own list (the SDK raises its typed exceptions by status;
+clients that switch on ``error.type`` see the names they know). vLLM uses other names on
+these routes (``NotFoundError``, ``Bad Request``) and answers request-validation failures in
+OpenAI's envelope with a Python-repr message; both are rewritten here, the validation
+message as ``<field>: <what is wrong>``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from gateway.engines.errors import EngineHTTPError
+from gateway.http.errors import ErrorShape, GatewayError
+
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+# One error of pydantic's dump: 'msg': '...' (or "..." when the text holds a quote).
+_VALIDATION_MSG = re.compile(r"""'msg': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""")
+_VALIDATION_DUMP = re.compile(r"\d+ validation errors?:")
+
+
+def anthropic_type(status: int) -> str:
+    if status in ANTHROPIC_TYPES:
+        return ANTHROPIC_TYPES[status]
+    return "invalid_request_error" if status < 500 else "api_error"
+
+
+def anthropic_message(error: GatewayError) -> str:
+    """The message, with vLLM's validation dump (OpenAI shape, ``param: body.<field>``) made readable."""
+    message = error.message
+    if isinstance(error, EngineHTTPError) and error.param and _VALIDATION_DUMP.match(message):
+        field = error.param.removeprefix("body").lstrip(".") or "body"
+        found = _VALIDATION_MSG.search(message)
+        text = (found.group(1) if found.group(1) is not None else found.group(2)) if found else "invalid value"
+        return f"{field}: {text}"
+    return message
+
+
+def error_body(error: GatewayError) -> bytes:
+    return orjson.dumps({"type": "error", "error": {"type": anthropic_type(error.status),
+                                                    "message": anthropic_message(error)}})
+
+
+def error_event_data(message: str, type: str = "api_error") -> bytes:
+    """The ``data:`` of an in-band ``error`` event (after the stream started)."""
+    return orjson.dumps({"type": "error", "error": {"type": type, "message": message}})
+
+
+ANTHROPIC_SHAPE = ErrorShape("anthropic", error_body, validation_is_400=True)

@@ -1,0 +1,1 @@
+"""What the engine-API protocols share: reading request bodies, and the table of the engine's routes."""

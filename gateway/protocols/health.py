@@ -1,0 +1,58 @@
+"""Liveness, readiness and metrics.
+
+``/health`` keeps the Stack 2.9 shape (``status``, ``model_loaded``, ...) and adds
+readiness details; it always answers 200 while the gateway lives. ``/readyz`` answers
+503 until the engine is ready, for load balancers. None of them ever waits on a
+generation: they read the engine state, which is refreshed with a short timeout when
+older than a second.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse, Response
+
+from gateway.core import Core
+from gateway.engines.device import reported_device
+
+
+def health_router(core: Core) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    async def engine_status() -> dict:
+        engine = core.engine_state
+        await engine.refresh_if_stale()
+        device = reported_device(core.settings)
+        return {
+            "status": "healthy",
+            "model_loaded": engine.ready,
+            "model_path": engine.reported_model,
+            "device": device,
+            "cuda_available": device == "cuda",
+            "ready": engine.ready,
+            "engine": {
+                "reachable": engine.reachable,
+                "models": engine.public_models if engine.served_models else [],
+                "max_model_len": engine.max_model_len,
+                "error": engine.last_error,
+            },
+        }
+
+    @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape)")
+    async def health() -> dict:
+        return await engine_status()
+
+    @router.get("/livez", summary="Liveness: the gateway process answers")
+    async def livez() -> dict:
+        return {"status": "alive"}
+
+    @router.get("/readyz", summary="Readiness: 200 only when the engine is ready")
+    async def readyz() -> Response:
+        status = await engine_status()
+        return JSONResponse(status, status_code=200 if status["ready"] else 503)
+
+    @router.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(core.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return router

@@ -1,0 +1,140 @@
+"""The OpenAI streaming dialect: chat-completion and completion chunks, ``data: [DONE]`` at the end.
+
+vLLM sends one ``data: {...}`` event per decode step and, when asked with
+``stream_options.include_usage``, a last chunk with ``"choices":[]`` and the usage. The
+gateway always asks for it (per-key accounting) and drops it again for clients that did
+not. Tracking is cheap by default: a few byte searches per event, JSON decoded only for the
+usage chunk, or for every event when a caller wants the text (the marketplace stores the
+answer it streamed).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from gateway.relay.dialect import StreamResult
+from gateway.relay.sse import SEPARATOR, event_json, split_events
+
+DONE = b"data: [DONE]"
+DONE_FRAME_TAIL = DONE + b"\n\n"
+# finish_reason of the chunk that ends a cancelled generation (not an OpenAI value: clients
+# that switch on finish_reason see something they can tell apart from "stop" and "length").
+CANCELLED_FINISH_REASON = "cancelled"
+
+
+def error_event(message: str, *, type: str = "upstream_error", code: str | None = None) -> bytes:
+    """An OpenAI-style error event, for failures after the stream has started."""
+    return b"data: " + orjson.dumps({"error": {"message": message, "type": type, "param": None, "code": code}})
+
+
+class OpenAITracker:
+    __slots__ = ("ended", "_relay_usage", "_collect_text", "_result", "_parts")
+
+    def __init__(self, *, relay_usage: bool, collect_text: bool) -> None:
+        self.ended = False
+        self._relay_usage = relay_usage
+        self._collect_text = collect_text
+        self._result = StreamResult()
+        self._parts: list[str] = []
+
+    def accept(self, block: bytes) -> bytes:
+        # Most reads carry content chunks only: nothing to read in them, nothing to change.
+        if not self._collect_text and b'"usage":{' not in block and b"data: [DONE]" not in block:
+            self._result.content_events += block.count(SEPARATOR)
+            return block
+        kept = self.accept_events(split_events(block))
+        return SEPARATOR.join(kept) + SEPARATOR if kept else b""
+
+    def accept_events(self, events: list[bytes]) -> list[bytes]:
+        """The per-event reading: usage, [DONE], and (when collected) the text of choice 0."""
+        result = self._result
+        kept = events
+        for position, event in enumerate(events):
+            if event.startswith(DONE):
+                self.ended = True
+                if kept is not events:
+                    kept.append(event)
+                elif position + 1 < len(events):  # nothing is relayed after [DONE]
+                    kept = events[:position + 1]
+                break
+            if b'"usage":{' in event:
+                data = event_json(event)
+                if data is not None and isinstance(data.get("usage"), dict):
+                    result.usage = data["usage"]
+                if b'"choices":[]' in event:  # the usage-only chunk
+                    if not self._relay_usage:
+                        if kept is events:
+                            kept = events[:position]
+                        continue
+                    if kept is not events:
+                        kept.append(event)
+                    continue
+            if kept is not events:
+                kept.append(event)
+            result.content_events += 1
+            if self._collect_text:
+                self._read_choice(event)
+        return kept
+
+    def _read_choice(self, event: bytes) -> None:
+        data = event_json(event)
+        if data is None:
+            return
+        if isinstance(data.get("error"), dict):
+            self._result.error = str(data["error"].get("message"))
+            return
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self._result.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if piece is None:
+                piece = choice.get("text")  # completions stream
+            if isinstance(piece, str):
+                self._parts.append(piece)
+
+    def result(self) -> StreamResult:
+        if self._parts:
+            self._result.text = "".join(self._parts)
+        return self._result
+
+
+class OpenAIDialect:
+    name = "openai"
+
+    def tracker(self, *, relay_usage: bool, collect_text: bool) -> OpenAITracker:
+        return OpenAITracker(relay_usage=relay_usage, collect_text=collect_text)
+
+    def error_events(self, message: str, code: str) -> list[bytes]:
+        return [error_event(message, code=code), DONE]
+
+    def is_last(self, frame: bytes) -> bool:
+        return frame.endswith(DONE_FRAME_TAIL)
+
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+                         model: object, choices: int) -> list[bytes]:
+        """A chunk whose every choice ends with finish_reason "cancelled", then [DONE].
+
+        It copies ``id``, ``created``, ``object`` and ``model`` from the generation's first
+        chunk, so it reads as the stream's own last chunk.
+        """
+        head = (event_json(first_event) if first_event is not None else None) or {}
+        chunk = {
+            "id": head.get("id", fallback_id),
+            "object": head.get("object", "chat.completion.chunk"),
+            "created": head.get("created", int(time.time())),
+            "model": head.get("model", model),
+            "choices": [
+                {"index": i, "delta": {}, "logprobs": None, "finish_reason": CANCELLED_FINISH_REASON}
+                for i in range(choices)
+            ],
+            "cancel_reason": reason,
+        }
+        return [b"data: " + orjson.dumps(chunk), DONE]
+
+
+OPENAI = OpenAIDialect()

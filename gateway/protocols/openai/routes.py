@@ -1,0 +1,167 @@
+"""The OpenAI-compatible routes: one table, served as raw ASGI, documented from the same declarations.
+
+- ``POST /v1/chat/completions`` and ``POST /v1/completions``: relayed to the engine as the
+  client wrote them (``prepare``), answered in one piece or streamed (chat streams through
+  the stream backend: resumable sessions when ``SESSION_STORE`` is on; completion streams
+  are always relayed plainly).
+- ``GET /v1/models``: the engine's models plus the configured aliases; ``GET /v1/models/{model}``
+  one of them (vLLM itself has no such route, so the SDK's ``models.retrieve`` needs it).
+
+Each also answers without ``/v1`` (``/chat/completions``, ...): the paths come from the
+engine-API table (``protocols.common.table``).
+
+A streamed chat completion, step by step: the gateway middleware authenticates, admits and
+times the request (``http.middleware``); ``RawRouter`` calls :meth:`OpenAIRelay.relay`;
+``prepare`` resolves the model and asks the engine for usage; the stream backend
+(``relay.plain`` or ``sessions.manager`` -> ``sessions.producer``) opens the engine stream
+(``relay.opening``, aborted if the client leaves first) and runs the streaming core's loop
+(``relay.pump``) with the OpenAI dialect (``dialect``: usage tracked and stripped); the
+client's channel (``relay.channel``) keeps it alive and notices a disconnect; with
+sessions every event is framed with its id and logged for resume on the way.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.core import Core
+from gateway.http.errors import OPENAI_SHAPE, GatewayError
+from gateway.http.raw_routes import RawRoute
+from gateway.protocols.common import table
+from gateway.protocols.openai.dialect import OPENAI
+from gateway.protocols.openai.prepare import CHAT_PATH, COMPLETIONS_PATH, PreparedRequest, parse_body, prepare
+from gateway.relay.context import StreamCall
+from gateway.relay.plain import PlainStreamResponse
+from gateway.relay.pump import CompletionHook
+from gateway.relay.unary import RelayJSONResponse
+from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value, validate_session_id
+
+TAGS = ("OpenAI-compatible",)
+JSON = [(b"content-type", b"application/json")]
+
+
+class OpenAIRelay:
+    """The OpenAI protocol over the gateway core: requests in, relay or stream backend out."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    async def relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one POST to a completions route (the route's path is the engine's)."""
+        core = self.core
+        request = Request(scope, receive)
+        raw = await request.body()
+        path = scope["route"].path
+        payload = parse_body(raw)
+        ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
+        response: Response
+        resume_from = resume_value(request.headers, request.query_params) if path == CHAT_PATH else None
+        if resume_from is not None and core.streams.resumable:
+            # The same POST with Last-Event-ID: a replay from the session's log, no engine needed.
+            session_id = payload.get("session_id")
+            call = StreamCall(path=path, body=b"", dialect=OPENAI, resume_from=resume_from,
+                              session_id=validate_session_id(session_id) if session_id is not None else None)
+            response = await core.streams.stream(call, ctx)
+            await response(scope, receive, send)
+            return
+        engine_state = core.engine_state
+        if not engine_state.served_models:  # never seen the engine yet: look before refusing
+            await engine_state.refresh()
+        prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
+        if not prepared.stream:
+            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx)
+        elif path == CHAT_PATH:
+            response = await core.streams.stream(self.stream_call(prepared), ctx)
+        else:
+            response = PlainStreamResponse(self.stream_call(prepared), ctx)
+        await response(scope, receive, send)
+
+    def stream_call(self, prepared: PreparedRequest, *, on_complete: CompletionHook | None = None) -> StreamCall:
+        return StreamCall(path=prepared.path, body=prepared.body, dialect=OPENAI,
+                          relay_usage=prepared.client_wants_usage, session_id=prepared.session_id,
+                          choices=prepared.choices,
+                          model=prepared.payload.get("model") or self.core.engine_state.default_model,
+                          on_complete=on_complete)
+
+    async def stream_chat_completion(self, scope: Scope, payload: dict, *, session_id: str | None = None,
+                                     on_complete: CompletionHook | None = None) -> Response:
+        """A streamed chat completion of ``payload`` (an OpenAI request body a feature built)."""
+        payload = {**payload, "stream": True}
+        if session_id is not None:
+            payload["session_id"] = session_id
+        prepared = prepare(None, payload, path=CHAT_PATH, engine=self.core.engine_state,
+                           resumable=self.core.streams.resumable)
+        return await self.core.streams.stream(self.stream_call(prepared, on_complete=on_complete),
+                                              self.core.relay_context(scope))
+
+    async def _cards(self) -> list[dict]:
+        engine_state = self.core.engine_state
+        listing = await self.core.engines.get_json("/v1/models")
+        cards = [card for card in listing.get("data", []) if isinstance(card, dict)]
+        known = {card.get("id") for card in cards}
+        template = next(iter(cards), {"object": "model", "owned_by": "vllm"})
+        for name in engine_state.public_models:
+            if name not in known:
+                cards.append({**template, "id": name, "parent": engine_state.default_model})
+        return cards
+
+    async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = orjson.dumps({"object": "list", "data": await self._cards()})
+        await send({"type": "http.response.start", "status": 200, "headers": JSON})
+        await send({"type": "http.response.body", "body": body})
+
+    async def model(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wanted = scope["path_params"]["model"]
+        cards = await self._cards()
+        card = next((card for card in cards if card.get("id") == wanted), None)
+        if card is None:
+            valid = ", ".join(str(card.get("id")) for card in cards)
+            raise GatewayError(404, f"The model '{wanted}' does not exist. Available models: {valid}",
+                               param="model", code="model_not_found")
+        await send({"type": "http.response.start", "status": 200, "headers": JSON})
+        await send({"type": "http.response.body", "body": orjson.dumps(card)})
+
+    def routes(self) -> list[RawRoute]:
+        handlers = {("POST", CHAT_PATH): self.relay, ("POST", COMPLETIONS_PATH): self.relay,
+                    ("GET", "/v1/models"): self.models, ("GET", "/v1/models/{model}"): self.model}
+        schemas = {CHAT_PATH: CHAT_SCHEMA, COMPLETIONS_PATH: COMPLETION_SCHEMA}
+        return table.bind(table.rows("openai"), handlers, error_shape=OPENAI_SHAPE, tags=TAGS,
+                          extra=lambda row: {"streams": row.path in schemas,
+                                             "request_schema": schemas.get(row.path)})
+
+
+_COMMON = {
+    "model": {"type": "string", "description": "a served model or one of its aliases"},
+    "stream": {"type": "boolean", "default": False},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0},
+    "top_p": {"type": "number"},
+    "n": {"type": "integer", "minimum": 1},
+    "seed": {"type": "integer"},
+    "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+}
+CHAT_SCHEMA = {
+    "type": "object",
+    "required": ["messages"],
+    "additionalProperties": True,
+    "description": "OpenAI's chat completion request; every field vLLM accepts passes through unchanged.",
+    "properties": {
+        **_COMMON,
+        "messages": {"type": "array", "items": {"type": "object"}},
+        "session_id": {"type": "string", "pattern": SESSION_ID_PATTERN,
+                       "description": "the gateway's: names a resumable session (chat streams only)"},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "response_format": {"type": "object"},
+    },
+}
+COMPLETION_SCHEMA = {
+    "type": "object",
+    "required": ["prompt"],
+    "additionalProperties": True,
+    "description": "OpenAI's completion request; every field vLLM accepts passes through unchanged.",
+    "properties": {**_COMMON, "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
+}

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API over the engine: stored responses, durable background runs, resumable streams."""

@@ -1,0 +1,188 @@
+"""The Responses streaming dialect: ``event: <type>`` + ``data:`` events numbered by ``sequence_number``.
+
+vLLM streams ``response.created`` (0), ``response.in_progress`` (1), output events, and ends
+with ``response.completed`` (also when the status is ``incomplete``); a generation error is an
+``error`` event and nothing after it. No ``[DONE]``. The numbers are contiguous from 0, one
+per event, so in a session's log event index N is ``sequence_number`` N: resuming "after N"
+is resuming after index N.
+
+State lives in a :class:`ResponsesRun`, one per response: the tracker keeps the next
+sequence number and the latest response object there (and patches the fields the gateway
+owns into every response object: ``background``, ``previous_response_id``), so the endings
+the gateway writes itself continue the numbering and carry the response:
+
+- an error: ``error`` then ``response.failed`` (also appended after vLLM's own ``error``);
+- a cancel: ``response.cancelled``, a lifecycle event named after the status like the others
+  (OpenAI defines no event for it; clients that switch on the type can tell it apart).
+
+Content reads (deltas) cost two byte searches; only the few lifecycle events are decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import orjson
+
+from gateway.relay.dialect import StreamResult
+from gateway.relay.sse import SEPARATOR, event_json, split_events
+
+LIFECYCLE_MARK = b'"response":{'   # only lifecycle events carry the response object
+ERROR_LINE = b"event: error\n"
+CREATED = "response.created"
+TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "response.cancelled")
+_TERMINAL_LINES = tuple(b"event: " + name.encode() + b"\n" for name in TERMINAL_TYPES)
+
+
+@dataclass(slots=True)
+class ResponsesRun:
+    """One response's stream state, shared by its tracker and the endings the gateway writes."""
+
+    response_id: str
+    next_sequence: int = 0
+    patch: dict = field(default_factory=dict)   # set in every response object the stream carries
+    response: dict | None = None                # the latest response object seen
+    final: dict | None = None                   # the response object of the terminal event
+    created: asyncio.Future | None = None       # resolved with the first response object
+
+    def base(self) -> dict:
+        """The response as known so far: what the endings the gateway writes start from."""
+        if self.response is not None:
+            return dict(self.response)
+        return {"id": self.response_id, "object": "response", "output": [], "usage": None, **self.patch}
+
+    def ended_object(self, status: str, **fields: object) -> dict:
+        return {**self.base(), "status": status, **fields}
+
+
+def event(name: str, payload: dict) -> bytes:
+    """One event, without its blank line."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload)
+
+
+def failed_events(run: ResponsesRun, message: str, code: str) -> list[bytes]:
+    n = run.next_sequence
+    error = {"code": code, "message": message}
+    return [event("error", {"type": "error", **error, "param": None, "sequence_number": n}),
+            event("response.failed", {"type": "response.failed", "sequence_number": n + 1,
+                                      "response": run.ended_object("failed", error=error)})]
+
+
+def lifecycle_response(frame: bytes) -> tuple[str, dict] | None:
+    """``(type, response object)`` of a lifecycle event (framed or not), else None."""
+    data = event_json(frame)
+    if data is None or not isinstance(data.get("response"), dict):
+        return None
+    return str(data.get("type")), data["response"]
+
+
+class ResponsesTracker:
+    __slots__ = ("ended", "run", "_result")
+
+    def __init__(self, run: ResponsesRun) -> None:
+        self.ended = False
+        self.run = run
+        self._result = StreamResult()
+
+    def accept(self, block: bytes) -> bytes:
+        run = self.run
+        if LIFECYCLE_MARK not in block and ERROR_LINE not in block:
+            run.next_sequence += block.count(SEPARATOR)
+            self._result.content_events += block.count(b".delta\n")
+            return block
+        kept: list[bytes] = []
+        changed = False
+        for item in split_events(block):
+            if LIFECYCLE_MARK in item:
+                rewritten = self._lifecycle(item)
+                changed = changed or rewritten is not item
+                kept.append(rewritten)
+            elif item.startswith(ERROR_LINE):
+                kept.append(item)
+                kept.extend(self._engine_error(item))
+                changed = True
+            else:
+                run.next_sequence += 1
+                self._result.content_events += item.count(b".delta\n")
+                kept.append(item)
+            if self.ended:
+                changed = changed or len(kept) != block.count(SEPARATOR)
+                break
+        return SEPARATOR.join(kept) + SEPARATOR if changed else block
+
+    def _lifecycle(self, item: bytes) -> bytes:
+        run = self.run
+        data = event_json(item)
+        if data is None:
+            run.next_sequence += 1
+            return item
+        sequence = data.get("sequence_number")
+        run.next_sequence = sequence + 1 if isinstance(sequence, int) else run.next_sequence + 1
+        response = data.get("response")
+        if not isinstance(response, dict):
+            return item
+        if run.patch:
+            response.update(run.patch)
+            head = item[:item.index(b"\n") + 1] if item.startswith(b"event:") else b""
+            item = head + b"data: " + orjson.dumps(data)
+        run.response = response
+        kind = data.get("type")
+        if kind == CREATED and run.created is not None and not run.created.done():
+            run.created.set_result(response)
+        if kind in TERMINAL_TYPES:
+            self.ended = True
+            run.final = response
+            self._result.finish_reason = response.get("status")
+            usage = response.get("usage")
+            if isinstance(usage, dict):
+                self._result.usage = {"prompt_tokens": usage.get("input_tokens") or 0,
+                                      "completion_tokens": usage.get("output_tokens") or 0}
+        return item
+
+    def _engine_error(self, item: bytes) -> list[bytes]:
+        """vLLM's ``error`` event ends its stream: add the ``response.failed`` that says so."""
+        run = self.run
+        data = event_json(item) or {}
+        sequence = data.get("sequence_number")
+        run.next_sequence = sequence + 1 if isinstance(sequence, int) else run.next_sequence + 1
+        error = {"code": str(data.get("code") or "server_error"), "message": str(data.get("message"))}
+        self._result.error = error["message"]
+        run.final = run.ended_object("failed", error=error)
+        self.ended = True
+        failed = event("response.failed", {"type": "response.failed", "sequence_number": run.next_sequence,
+                                           "response": run.final})
+        run.next_sequence += 1
+        return [failed]
+
+    def result(self) -> StreamResult:
+        return self._result
+
+
+class ResponsesDialect:
+    """The dialect of one response's stream (its run holds the numbering)."""
+
+    name = "responses"
+
+    def __init__(self, run: ResponsesRun) -> None:
+        self.run = run
+
+    def tracker(self, *, relay_usage: bool, collect_text: bool) -> ResponsesTracker:
+        return ResponsesTracker(self.run)
+
+    def error_events(self, message: str, code: str) -> list[bytes]:
+        return failed_events(self.run, message, code)
+
+    def is_last(self, frame: bytes) -> bool:
+        return any(line in frame for line in _TERMINAL_LINES)
+
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+                         model: object, choices: int) -> list[bytes]:
+        run = self.run
+        return [event("response.cancelled", {"type": "response.cancelled", "sequence_number": run.next_sequence,
+                                             "response": run.ended_object("cancelled")})]
+
+
+def ending_dialect(response_id: str, index: int) -> ResponsesDialect:
+    """The dialect for endings of a stored run written at event ``index`` (sessions.persistence)."""
+    return ResponsesDialect(ResponsesRun(response_id, next_sequence=index))

@@ -1,1 +1,0 @@
-"""Routes that are not part of a feature package: health and metrics."""

@@ -1,0 +1,200 @@
+"""The request that starts a generation produces it: engine -> event log -> its own client, in one task.
+
+The streaming core's loop (``relay.pump``) runs in this request's task with a sink that
+frames each event once (``id: <session>:<index>``), appends whatever one engine read
+completed to the generation's log as one batch (followers and the store writer read it
+there) and writes the same bytes straight to this request's client. So the first client
+of a session costs no more than a plain relay: no second task, no hop per event.
+
+The generation outlives its client: when the client leaves, the sink stops writing to it
+and the manager decides (a session nobody named stops at once; a named one gets
+``CANCEL_AFTER_DISCONNECT_SECONDS``). The task keeps producing meanwhile, and keeps its
+request's admission slot until the generation ends. The log always ends with an explicit
+ending: the engine's own end, a cancelled generation, or an error, in the stream's dialect.
+At the end it counts usage per API key (estimated for aborted streams) and runs the
+caller's completion hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.http.errors import GatewayError, send_error
+from gateway.relay.channel import ClientChannel
+from gateway.relay.context import RelayContext, StreamCall
+from gateway.relay.dialect import StreamResult, StreamTracker
+from gateway.relay.opening import open_watching
+from gateway.relay.pump import pump, settle
+from gateway.relay.sse import SEPARATOR, split_events
+from gateway.sessions.frames import frames
+from gateway.sessions.generation import CLIENT_DISCONNECTED, FENCED, SHUTDOWN, STOP_HOW, Generation
+from gateway.sessions.ids import SESSION_HEADER
+
+log = logging.getLogger("gateway.sessions")
+
+
+@dataclass(slots=True)
+class ProducerHooks:
+    """What the session manager does at a producer's milestones."""
+
+    on_frames: Callable[[Generation], None]             # new frames in the log (the store writer)
+    on_refused: Callable[[Generation], Awaitable[None]]  # the engine refused: forget it before answering
+    on_client_left: Callable[[Generation], None]        # this request's client is gone (or done)
+    on_end: Callable[[Generation], None]                # the log is closed
+
+
+class GenerationSink:
+    """Frames events into the generation's log and writes them to the first client, if still there."""
+
+    __slots__ = ("generation", "on_frames", "channel")
+
+    def __init__(self, generation: Generation, on_frames: Callable[[Generation], None]) -> None:
+        self.generation = generation
+        self.on_frames = on_frames
+        self.channel: ClientChannel | None = None
+
+    async def write(self, block: bytes) -> None:
+        generation = self.generation
+        log_ = generation.log
+        if block.count(SEPARATOR) == 1:  # one event per engine read, the common case: no split
+            framed = [b"%s%d\n%s" % (generation.prefix, log_.next_index, block)]
+            body = framed[0]
+            if generation.first_event is None:
+                generation.first_event = block[:-2]
+        else:
+            events = split_events(block)
+            if generation.first_event is None:
+                generation.first_event = events[0]
+            framed = frames(generation.prefix, log_.next_index, events)
+            body = b"".join(framed)
+        log_.append(framed)
+        self.on_frames(generation)
+        channel = self.channel
+        if channel is not None:
+            await channel.write(body)
+
+
+class GenerationResponse(Response):
+    def __init__(self, generation: Generation, call: StreamCall, ctx: RelayContext, hooks: ProducerHooks) -> None:
+        self.generation = generation
+        self.call = call
+        self.ctx = ctx
+        self.hooks = hooks
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        generation, call, ctx, hooks = self.generation, self.call, self.ctx, self.hooks
+        generation.task = asyncio.current_task()
+        tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None)
+        sink = GenerationSink(generation, hooks.on_frames)
+        client_here = True
+
+        def client_left() -> None:
+            nonlocal client_here
+            if client_here:
+                client_here = False
+                sink.channel = None
+                hooks.on_client_left(generation)
+
+        failure: GatewayError | None = None
+        stream = None
+        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, scope=scope)
+        try:
+            try:
+                stream = await open_watching(ctx.opener(call), channel, scope,
+                                             abort_if_client_leaves=not generation.named)
+            except GatewayError as error:
+                channel.stop_watching()
+                await self._refused(error, send)
+                return
+            if stream is None:  # the client left before the engine answered (a session nobody named)
+                generation.stop_reason = CLIENT_DISCONNECTED
+            elif generation.stop_reason is None:  # (or it was stopped while the engine was answering)
+                generation.stream = stream
+                await channel.start([(SESSION_HEADER, generation.session_id.encode())])
+                sink.channel = channel
+                channel.on_leave(client_left)
+                failure = await pump(stream, tracker, sink)
+        except asyncio.CancelledError:
+            if generation.stop_reason is None:  # not a stop we asked for (server shutdown): end the log, obey
+                await self._close(tracker, sink.channel, GatewayError(502, "the generation was interrupted",
+                                                                      code="stream_interrupted"))
+                client_left()
+                raise
+            asyncio.current_task().uncancel()
+        except Exception:
+            log.exception("session producer failed", extra={"session_id": generation.session_id})
+            failure = GatewayError(502, "the gateway failed while relaying the stream", code="stream_interrupted")
+        finally:
+            channel.stop_watching()  # a client leaving from here on changes nothing
+            if stream is not None:
+                stream.close()
+        if generation.live:
+            await self._close(tracker, sink.channel, failure)
+        client_left()
+
+    async def _refused(self, error: GatewayError, send: Send) -> None:
+        """The engine refused or could not be reached: the client gets the HTTP error; nothing stays to resume."""
+        generation, ctx = self.generation, self.ctx
+        ctx.metrics.upstream_errors.labels(error.code or str(error.status)).inc()
+        await self.hooks.on_refused(generation)
+        # A follower may have attached meanwhile (a resume of a named session): end its stream too.
+        generation.ended("error", frames(generation.prefix, 0, self.call.dialect.error_events(
+            error.message, error.code or "upstream_error")))
+        self.hooks.on_end(generation)
+        await send_error(ctx.error_shape, error, send)
+        self.hooks.on_client_left(generation)
+        if self.call.on_complete is not None:  # the caller learns it ended, as for any other ending
+            try:
+                await self.call.on_complete(StreamResult(how="error", error=error.message))
+            except Exception:
+                log.exception("stream completion hook failed", extra={"session_id": generation.session_id})
+
+    async def _close(self, tracker: StreamTracker, channel: ClientChannel | None,
+                     failure: GatewayError | None) -> None:
+        """End the log with the right ending, send it to the client, account for the stream."""
+        generation, call, ctx = self.generation, self.call, self.ctx
+        how, events, message = _ending(generation, tracker, failure)
+        if how == "error" and generation.stop_reason is None:
+            ctx.metrics.upstream_errors.labels("stream_broken").inc()
+        framed = frames(generation.prefix, generation.log.next_index, events)
+        generation.ended(how, framed)
+        self.hooks.on_frames(generation)
+        self.hooks.on_end(generation)
+        if channel is not None:
+            await channel.close(b"".join(framed))
+        result = tracker.result()
+        result.how = how
+        if message is not None:
+            result.error = message
+        await settle(result, metrics=ctx.metrics, key_id=ctx.key_id, on_complete=call.on_complete,
+                     context={"session_id": generation.session_id})
+
+
+def _ending(generation: Generation, tracker: StreamTracker,
+            failure: GatewayError | None) -> tuple[str, list[bytes], str | None]:
+    """How the generation ended, the events that say so (after any already logged), the error if any."""
+    if tracker.ended:
+        return "completed", [], None
+    dialect = generation.dialect
+    reason = generation.stop_reason
+    if reason == SHUTDOWN:
+        message = "the gateway shut down during the generation"
+        return "error", dialect.error_events(message, "gateway_shutdown"), message
+    if reason == FENCED:
+        message = "another gateway replica ended or replaced this generation"
+        return "error", dialect.error_events(message, "producer_lost"), message
+    if reason is not None:
+        events = dialect.cancelled_events(first_event=generation.first_event, reason=reason,
+                                          fallback_id=f"chatcmpl-{generation.request_id}",
+                                          model=generation.model, choices=generation.choices)
+        return STOP_HOW[reason], events, None
+    message = failure.message if failure is not None else "the inference engine ended the stream early"
+    return "error", dialect.error_events(message, "stream_interrupted"), message

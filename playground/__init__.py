@@ -1,0 +1,1 @@
+"""The playground: a web page, served by the gateway, that shows what the gateway does."""

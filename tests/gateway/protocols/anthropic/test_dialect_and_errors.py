@@ -1,0 +1,56 @@
+"""Anthropic's stream accounting and error envelope, on vLLM-shaped events and errors."""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.engines.errors import parse_error_body
+from gateway.http.errors import GatewayError
+from gateway.protocols.anthropic.dialect import ANTHROPIC
+from gateway.protocols.anthropic.errors import error_body
+from gateway.relay.sse import event_json
+
+
+def ev(kind: str, **fields) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+
+
+def test_usage_is_read_from_the_message_events_and_content_passes_untouched():
+    tracker = ANTHROPIC.tracker(relay_usage=False, collect_text=False)
+    start = ev("message_start", message={"usage": {"input_tokens": 15, "output_tokens": 0}})
+    assert tracker.accept(start) == start
+    deltas = ev("content_block_delta", delta={"type": "text_delta", "text": "a"}, index=0) * 3
+    assert tracker.accept(deltas) is deltas
+    tail = ev("content_block_stop", index=0) + ev("message_delta", delta={"stop_reason": "max_tokens"},
+                                                 usage={"input_tokens": 15, "output_tokens": 3}) + ev("message_stop")
+    assert tracker.accept(tail) == tail and tracker.ended
+    result = tracker.result()
+    assert result.usage == {"prompt_tokens": 15, "completion_tokens": 3} and result.finish_reason == "max_tokens"
+
+
+def test_vllms_internal_error_event_gets_anthropics_type():
+    tracker = ANTHROPIC.tracker(relay_usage=False, collect_text=False)
+    out = tracker.accept(ev("error", error={"type": "internal_error", "message": "boom"}))
+    assert event_json(out) == {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+    assert tracker.ended and ANTHROPIC.is_last(out)
+
+
+def test_errors_take_anthropics_types_by_status():
+    types = {status: orjson.loads(error_body(GatewayError(status, "m")))["error"]["type"]
+             for status in (400, 401, 403, 404, 413, 429, 500, 502, 503, 504)}
+    assert types == {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                     502: "api_error", 503: "overloaded_error", 504: "api_error"}
+
+
+def test_vllms_validation_dump_becomes_a_message_naming_the_field():
+    engine = orjson.dumps({"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+                                                "'body.messages.0.role', 'msg': \"Input should be 'user' or "
+                                                "'assistant'\", 'input': 'bot'}", "type": "Bad Request",
+                                     "param": "body.messages.0.role", "code": 400}})
+    body = orjson.loads(error_body(parse_error_body(400, engine)))
+    assert body == {"type": "error", "error": {"type": "invalid_request_error",
+                                               "message": "messages.0.role: Input should be 'user' or 'assistant'"}}
+    named = orjson.dumps({"type": "error", "error": {"type": "NotFoundError", "message": "The model `x` ..."}})
+    assert orjson.loads(error_body(parse_error_body(404, named)))["error"] == {
+        "type": "not_found_error", "message": "The model `x` ..."}

@@ -1,0 +1,28 @@
+"""The OpenAI stream dialect: the usage-only chunk is tracked always, relayed only when asked for."""
+
+from __future__ import annotations
+
+from gateway.protocols.openai.dialect import OpenAITracker
+
+USAGE_ONLY = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}'
+CONTENT = b'data: {"choices":[{"index":0}],"usage":null}'
+
+
+def block(*events: bytes) -> bytes:
+    return b"".join(event + b"\n\n" for event in events)
+
+
+def test_the_usage_only_chunk_is_dropped_unless_the_client_asked_for_it():
+    assert OpenAITracker(relay_usage=False, collect_text=False).accept(block(CONTENT, USAGE_ONLY)) == block(CONTENT)
+    kept = OpenAITracker(relay_usage=True, collect_text=False).accept(block(CONTENT, USAGE_ONLY))
+    assert kept == block(CONTENT, USAGE_ONLY)
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    assert tracker.accept(block(USAGE_ONLY, CONTENT, b"data: [DONE]")) == block(CONTENT, b"data: [DONE]")
+    assert tracker.ended and tracker.result().usage == {"prompt_tokens": 1}
+
+
+def test_a_block_of_content_chunks_is_relayed_as_it_is_and_counted():
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    content = block(CONTENT, CONTENT, CONTENT)
+    assert tracker.accept(content) is content  # the common case: no copy, no split
+    assert not tracker.ended and tracker.result().estimated_usage() == {"prompt_tokens": 0, "completion_tokens": 3}

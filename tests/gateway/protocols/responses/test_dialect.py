@@ -1,0 +1,116 @@
+"""The Responses dialect on vLLM-shaped events: numbering, patching, and the endings the gateway writes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun, ending_dialect
+from gateway.relay.sse import event_json, split_events
+
+
+def ev(kind: str, sequence: int, **fields) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, "sequence_number": sequence,
+                                                                     **fields}) + b"\n\n"
+
+
+RESPONSE = {"id": "resp_1", "object": "response", "status": "in_progress", "background": False, "output": []}
+
+
+def stream(final_status: str = "completed") -> list[bytes]:
+    return [ev("response.created", 0, response=RESPONSE), ev("response.in_progress", 1, response=RESPONSE),
+            ev("response.output_text.delta", 2, delta="a"), ev("response.output_text.delta", 3, delta="b"),
+            ev("response.completed", 4, response={**RESPONSE, "status": final_status,
+                                                 "usage": {"input_tokens": 7, "output_tokens": 2}})]
+
+
+async def test_content_reads_pass_untouched_and_the_numbering_is_followed():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    events = stream()
+    assert tracker.accept(events[0] + events[1]) == events[0] + events[1]  # no patch: nothing rewritten
+    deltas = events[2] + events[3]
+    assert tracker.accept(deltas) is deltas and run.next_sequence == 4
+    assert tracker.accept(events[4]) == events[4] and tracker.ended
+    result = tracker.result()
+    assert result.usage == {"prompt_tokens": 7, "completion_tokens": 2} and result.finish_reason == "completed"
+    assert run.final["status"] == "completed"
+
+
+async def test_the_gateways_fields_are_patched_into_every_response_object():
+    run = ResponsesRun("resp_1", patch={"background": True, "previous_response_id": "resp_0"},
+                       created=asyncio.get_running_loop().create_future())
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    out = b"".join(tracker.accept(block) for block in stream())
+    objects = [event_json(e)["response"] for e in split_events(out) if b'"response":{' in e]
+    assert len(objects) == 3 and all(o["background"] is True and o["previous_response_id"] == "resp_0"
+                                     for o in objects)
+    assert run.created.result()["background"] is True
+    assert [event_json(e)["sequence_number"] for e in split_events(out)] == [0, 1, 2, 3, 4]
+
+
+def test_the_gateways_endings_continue_the_numbering():
+    run = ResponsesRun("resp_1")
+    dialect = ResponsesDialect(run)
+    tracker = dialect.tracker(relay_usage=False, collect_text=False)
+    tracker.accept(b"".join(stream()[:3]))
+    failed = [event_json(e) for e in dialect.error_events("engine gone", "stream_interrupted")]
+    assert [(e["type"], e["sequence_number"]) for e in failed] == [("error", 3), ("response.failed", 4)]
+    assert failed[1]["response"]["status"] == "failed" and failed[1]["response"]["id"] == "resp_1"
+    assert failed[1]["response"]["error"] == {"code": "stream_interrupted", "message": "engine gone"}
+    cancelled = event_json(dialect.cancelled_events(first_event=None, reason="cancel_request", fallback_id="x",
+                                                    model="m", choices=1)[0])
+    assert cancelled["type"] == "response.cancelled" and cancelled["sequence_number"] == 3
+    assert dialect.is_last(b"id: resp_1:4\n" + dialect.error_events("x", "y")[1] + b"\n\n")
+    assert not dialect.is_last(stream()[2])
+
+
+def test_an_engine_error_event_is_followed_by_response_failed():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    tracker.accept(b"".join(stream()[:3]))
+    out = split_events(tracker.accept(ev("error", 3, code="server_error", message="boom")))
+    assert [event_json(e)["type"] for e in out] == ["error", "response.failed"]
+    assert event_json(out[1])["sequence_number"] == 4 and tracker.ended
+    assert run.final["error"] == {"code": "server_error", "message": "boom"}
+
+
+def test_endings_written_for_a_stored_run_start_at_its_index():
+    dialect = ending_dialect("resp_9", 17)
+    events = [event_json(e) for e in dialect.error_events("producer died", "producer_lost")]
+    assert [e["sequence_number"] for e in events] == [17, 18]
+    assert events[1]["response"]["id"] == "resp_9"
+
+
+async def test_a_streamed_response_is_stored_before_its_terminal_event_goes_out():
+    from gateway.protocols.responses.routes import _StoredBeforeEnd
+
+    run = ResponsesRun("resp_1")
+    order: list[str] = []
+
+    async def store(final: dict) -> None:
+        order.append(f"stored {final['status']}")
+
+    stored = _StoredBeforeEnd(run, store)
+
+    async def relay(scope, receive, send) -> None:  # what the relay does: accept a read, then send it
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for block in stream_blocks:
+            tracker.accept(block)
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    stream_blocks = stream()
+    stored.stream = relay
+
+    async def send(message: dict) -> None:
+        if message.get("body"):
+            order.append(event_json(message["body"])["type"])
+
+    await stored({"type": "http"}, None, send)
+    assert order == ["response.created", "response.in_progress", "response.output_text.delta",
+                     "response.output_text.delta", "stored completed", "response.completed"]
+    await stored.store_once({"status": "failed"})  # the relay's completion hook afterwards: already stored
+    assert order.count("stored completed") == 1 and "stored failed" not in order

@@ -1,0 +1,102 @@
+"""compose.yaml wiring: Docker is not available here, so the file is checked as data.
+
+Every variable set on the gateway must be one the gateway reads (a typo would be
+silently ignored), every service must report health, and the gateway must start
+only once the engine and the database are healthy and share the engine's secret.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from gateway.features import settings_classes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO_ROOT / "compose.yaml").read_text())
+
+
+def environment(service: dict) -> dict[str, str]:
+    """A service's environment, whether written as a mapping or as a KEY=VALUE list."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def interpolated_names(value: str) -> set[str]:
+    """The ${NAME...} variables a compose value takes from the operator's environment."""
+    return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", value))
+
+
+def with_placeholders(value: str) -> str:
+    """The value with each ${...} replaced by a plain word, so it parses like a deployed value."""
+    return re.sub(r"\$\{[^}]*\}", "placeholder", value)
+
+
+def engine_flag(command: list[str], flag: str) -> str:
+    for arg in command:
+        if arg.startswith(f"{flag}="):
+            return arg.split("=", 1)[1]
+    raise AssertionError(f"vllm command has no {flag}=...: {command}")
+
+
+def test_every_gateway_variable_is_a_setting(compose: dict) -> None:
+    fields = {name for cls in settings_classes() for name in cls.model_fields}
+    env = environment(compose["services"]["gateway"])
+    assert env, "the gateway service sets no environment"
+    unknown = sorted(name for name in env if name.lower() not in fields)
+    assert unknown == [], f"compose sets variables the gateway does not read: {unknown}"
+
+
+def test_every_service_reports_health(compose: dict) -> None:
+    for name, service in compose["services"].items():
+        test = service.get("healthcheck", {}).get("test")
+        assert test and test != ["NONE"], f"service {name} has no healthcheck"
+
+
+def test_gateway_waits_for_a_healthy_engine_and_database(compose: dict) -> None:
+    depends = compose["services"]["gateway"]["depends_on"]
+    for dependency in ("vllm", "postgres"):
+        assert depends[dependency]["condition"] == "service_healthy", dependency
+
+
+def test_gateway_reaches_the_engine_with_the_engines_secret(compose: dict) -> None:
+    vllm, gateway = compose["services"]["vllm"], compose["services"]["gateway"]
+    env = environment(gateway)
+    base = urlsplit(with_placeholders(env["VLLM_BASE_URL"]))
+    assert base.hostname == "vllm"
+    assert base.port == int(engine_flag(vllm["command"], "--port"))
+    assert interpolated_names(engine_flag(vllm["command"], "--api-key")) == {"VLLM_API_KEY"}
+    assert interpolated_names(env["VLLM_API_KEY"]) == {"VLLM_API_KEY"}
+
+
+def test_gateway_uses_the_compose_database(compose: dict) -> None:
+    env = environment(compose["services"]["gateway"])
+    postgres = environment(compose["services"]["postgres"])
+    url = urlsplit(with_placeholders(env["DATABASE_URL"]))
+    assert url.scheme == "postgresql+asyncpg"
+    assert url.hostname == "postgres"
+    assert url.username == postgres["POSTGRES_USER"]
+    assert url.path.lstrip("/") == postgres["POSTGRES_DB"]
+    assert interpolated_names(env["DATABASE_URL"]) == interpolated_names(postgres["POSTGRES_PASSWORD"])
+
+
+def test_engine_reserves_a_gpu(compose: dict) -> None:
+    devices = compose["services"]["vllm"]["deploy"]["resources"]["reservations"]["devices"]
+    assert any("gpu" in device.get("capabilities", []) for device in devices)
+
+
+def test_gateway_image_runs_the_gateway(compose: dict) -> None:
+    assert compose["services"]["gateway"]["build"] in (".", {"context": "."})
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert re.search(r'^CMD \["stack-gateway"\]', dockerfile, re.M)
+    assert re.search(r"^FROM python:3\.11-slim", dockerfile, re.M)

@@ -39,7 +39,11 @@
 #   ENGINE_START_TIMEOUT    seconds to wait for /health [600]
 #   ENGINE_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL on shutdown [30]
 #   VLLM_CPU_KVCACHE_SPACE  GiB of KV cache on CPU [1]
-#   VLLM_CPU_OMP_THREADS_BIND  CPU cores for the engine's OpenMP threads [auto]
+#   VLLM_CPU_OMP_THREADS_BIND  CPU cores for the engine's OpenMP threads [auto]; with several
+#                           engines, one binding per engine separated by '|' (e.g. "0|1")
+#   ENGINE_COUNT            engines to start, on VLLM_PORT, VLLM_PORT+1, ... (a local fleet: point
+#                           the gateway's VLLM_BASE_URLS at them; each logs to its own file; one
+#                           that stops leaves the others running) [1]
 set -euo pipefail
 
 ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -78,6 +82,8 @@ VLLM_PORT="${VLLM_PORT:-8001}"
 ENGINE_START_TIMEOUT="${ENGINE_START_TIMEOUT:-600}"
 ENGINE_STOP_TIMEOUT="${ENGINE_STOP_TIMEOUT:-30}"
 ENGINE_DEVICE="${ENGINE_DEVICE:-auto}"
+ENGINE_COUNT="${ENGINE_COUNT:-1}"
+FLEET_ENGINE_LOG="${ENGINE_LOG:-}"  # as given: each engine of a fleet gets its own file next to it
 VPY="$ENGINE_VENV/bin/python"
 
 if ! [[ "$VLLM_PORT" =~ ^[0-9]+$ ]] || ((VLLM_PORT < 1 || VLLM_PORT > 65535)); then
@@ -85,6 +91,9 @@ if ! [[ "$VLLM_PORT" =~ ^[0-9]+$ ]] || ((VLLM_PORT < 1 || VLLM_PORT > 65535)); t
 fi
 [[ "$ENGINE_START_TIMEOUT" =~ ^[0-9]+$ ]] || die "ENGINE_START_TIMEOUT must be whole seconds"
 [[ "$ENGINE_STOP_TIMEOUT" =~ ^[0-9]+$ ]] || die "ENGINE_STOP_TIMEOUT must be whole seconds"
+[[ "$ENGINE_COUNT" =~ ^[1-9][0-9]*$ ]] || die "ENGINE_COUNT must be a whole number of engines (1 or more), got '$ENGINE_COUNT'"
+((VLLM_PORT + ENGINE_COUNT - 1 <= 65535)) \
+    || die "ENGINE_COUNT=$ENGINE_COUNT engines from VLLM_PORT=$VLLM_PORT need ports beyond 65535"
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 
@@ -185,7 +194,8 @@ prepare() {
     exec {lock_fd}>&-
 }
 
-((PRINT_ONLY)) || prepare
+# The engines of a fleet are prepared once, by the launcher that starts them.
+((PRINT_ONLY)) || [[ -n "${_LAUNCH_VLLM_PREPARED:-}" ]] || prepare
 if ((INSTALL_ONLY)); then
     log "engine environment: $ENGINE_VENV ($VLLM_PACKAGE)"
     ((EMBEDDED)) && log "embedded model: $EMBEDDED_MODEL_DIR"
@@ -247,6 +257,83 @@ esac
 BASE_URL="http://$PROBE_HOST:$VLLM_PORT"
 ENGINE_LOG="$(absolute "${ENGINE_LOG:-$ROOT/.cache/logs/vllm-$VLLM_PORT.log}")"
 mkdir -p "$(dirname "$ENGINE_LOG")"
+
+# --- a local fleet: ENGINE_COUNT engines on consecutive ports ---------------------------------
+# Each engine is this script again with ENGINE_COUNT=1 (same checks, same start-up watch, its own
+# log); this one waits until all are healthy (stopping them all if one fails to start), then
+# runs until the last one stopped, and stops them all on a signal.
+
+# A dead child stays a zombie until reaped, and `kill -0` still succeeds on a zombie.
+process_alive() {
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    stat="${stat##*) }"
+    [[ "${stat:0:1}" != Z ]]
+}
+
+# shellcheck disable=SC2317  # stop_fleet and the traps run from traps
+run_fleet() {
+    local -a pids=() ports=() binds=()
+    local i port urls="" log_file
+    IFS='|' read -r -a binds <<<"${VLLM_CPU_OMP_THREADS_BIND:-auto}"
+    for ((i = 0; i < ENGINE_COUNT; i++)); do
+        port=$((VLLM_PORT + i))
+        ports+=("$port")
+        urls+="${urls:+,}http://$PROBE_HOST:$port"
+        if [[ -n "$FLEET_ENGINE_LOG" ]]; then log_file="${FLEET_ENGINE_LOG%.log}-$port.log"; else log_file=""; fi
+        local -a env_args=(ENGINE_COUNT=1 VLLM_PORT="$port" _LAUNCH_VLLM_PREPARED=1
+            VLLM_CPU_OMP_THREADS_BIND="${binds[i]:-${binds[0]}}")
+        [[ -n "$log_file" ]] && env_args+=(ENGINE_LOG="$log_file")
+        if ((PRINT_ONLY)); then
+            env "${env_args[@]}" bash "${BASH_SOURCE[0]}" --print-command "$@"
+        else
+            env "${env_args[@]}" bash "${BASH_SOURCE[0]}" "$@" &
+            pids+=($!)
+        fi
+    done
+    ((PRINT_ONLY)) && exit 0
+
+    stop_fleet() {
+        trap - INT TERM
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        wait "${pids[@]}" 2>/dev/null || true
+    }
+    trap 'stop_fleet; exit 130' INT
+    trap 'stop_fleet; exit 143' TERM
+    log "starting $ENGINE_COUNT engines on ports ${ports[*]}"
+    local ready=0
+    until ((ready == ENGINE_COUNT)); do
+        ready=0
+        for ((i = 0; i < ENGINE_COUNT; i++)); do
+            if ! process_alive "${pids[i]}"; then
+                stop_fleet
+                die "the engine on port ${ports[i]} did not start (its reason is above); stopped the others"
+            fi
+            if command -v curl >/dev/null 2>&1 \
+                && curl -fsS -o /dev/null --max-time 2 "http://$PROBE_HOST:${ports[i]}/health" 2>/dev/null; then
+                ready=$((ready + 1))
+            fi
+        done
+        ((ready == ENGINE_COUNT)) || pause 0.5
+    done
+    log "fleet ready: VLLM_BASE_URLS=$urls"
+    # An engine that stops leaves the others running: the gateway routes around it (restart it
+    # with ENGINE_COUNT=1 VLLM_PORT=<its port>; the gateway readmits it once it is healthy).
+    local running=$ENGINE_COUNT code
+    while ((running > 0)); do
+        code=0
+        wait -n "${pids[@]}" || code=$?
+        running=0
+        for ((i = 0; i < ENGINE_COUNT; i++)); do process_alive "${pids[i]}" && running=$((running + 1)); done
+        log "an engine of the fleet stopped (exit code $code); $running of $ENGINE_COUNT still running"
+    done
+    die "every engine of the fleet stopped"
+}
+
+if ((ENGINE_COUNT > 1)); then
+    pause() { sleep "$1" & wait $! || true; }
+    run_fleet "$@"
+fi
 
 if ((PRINT_ONLY)); then
     for name in VLLM_API_KEY VLLM_CPU_KVCACHE_SPACE VLLM_CPU_OMP_THREADS_BIND HF_HUB_OFFLINE PYTHONPATH; do

@@ -5,7 +5,10 @@
 #
 #   GATEWAY_HOST / GATEWAY_PORT  where the gateway listens [127.0.0.1 / 8000]
 #   VLLM_HOST / VLLM_PORT        where the engine listens [127.0.0.1 / 8001]
+#   ENGINE_COUNT                 engines to start, on VLLM_PORT, VLLM_PORT+1, ...; the gateway routes
+#                                over all of them (VLLM_BASE_URLS) [1]
 #   VLLM_BASE_URL                use an engine that already runs there instead of starting one
+#                                (VLLM_BASE_URLS / VLLM_DNS_URL: a fleet that already runs)
 #   VLLM_API_KEY                 engine <-> gateway secret [random per run]
 #   DATABASE_URL                 [sqlite+aiosqlite:///<repo>/data/stack.db]
 #   SEED_DEMO_DATA               [true]
@@ -20,6 +23,7 @@ GATEWAY_HOST="${GATEWAY_HOST:-127.0.0.1}"
 GATEWAY_PORT="${GATEWAY_PORT:-8000}"
 export VLLM_HOST="${VLLM_HOST:-127.0.0.1}"
 export VLLM_PORT="${VLLM_PORT:-8001}"
+export ENGINE_COUNT="${ENGINE_COUNT:-1}"
 DATA_DIR="$ROOT/data"
 LOG_DIR="$DATA_DIR/logs"
 GATEWAY_START_TIMEOUT=60
@@ -63,7 +67,10 @@ pause() { sleep "$1" & wait $! || true; }
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
 
-if [[ -n "${VLLM_BASE_URL:-}" ]]; then
+ENGINE_URLS=()
+if [[ -n "${VLLM_BASE_URLS:-}${VLLM_DNS_URL:-}" ]]; then
+    log "using the engine fleet of VLLM_BASE_URLS / VLLM_DNS_URL (the gateway checks each engine itself)"
+elif [[ -n "${VLLM_BASE_URL:-}" ]]; then
     VLLM_BASE_URL="${VLLM_BASE_URL%/}"
     log "using the engine at $VLLM_BASE_URL (VLLM_BASE_URL is set)"
     http_ok "$VLLM_BASE_URL/health" || die "no engine answers at $VLLM_BASE_URL/health"
@@ -74,21 +81,29 @@ else
     fi
     export VLLM_API_KEY
     case "$VLLM_HOST" in 0.0.0.0 | "") probe_host=127.0.0.1 ;; *) probe_host="$VLLM_HOST" ;; esac
-    VLLM_BASE_URL="http://$probe_host:$VLLM_PORT"
+    for ((i = 0; i < ENGINE_COUNT; i++)); do ENGINE_URLS+=("http://$probe_host:$((VLLM_PORT + i))"); done
+    VLLM_BASE_URL="${ENGINE_URLS[0]}"
+    # One engine logs to engine.log; a fleet's engines to engine-PORT.log each.
     ENGINE_LOG="$LOG_DIR/engine.log" ENGINE_LOG_TO_STDOUT=false ./launch_vllm.sh &
     LAUNCHER_PID=$!
-    until http_ok "$VLLM_BASE_URL/health"; do
-        if ! alive "$LAUNCHER_PID"; then
-            code=0
-            wait "$LAUNCHER_PID" || code=$?
-            LAUNCHER_PID=""
-            exit "$((code == 0 ? 1 : code))"  # launch_vllm.sh has printed the reason
-        fi
-        pause 0.5
+    for url in "${ENGINE_URLS[@]}"; do
+        until http_ok "$url/health"; do
+            if ! alive "$LAUNCHER_PID"; then
+                code=0
+                wait "$LAUNCHER_PID" || code=$?
+                LAUNCHER_PID=""
+                exit "$((code == 0 ? 1 : code))"  # launch_vllm.sh has printed the reason
+            fi
+            pause 0.5
+        done
     done
+    if ((ENGINE_COUNT > 1)); then
+        VLLM_BASE_URLS="$(IFS=,; printf '%s' "${ENGINE_URLS[*]}")"
+        export VLLM_BASE_URLS
+    fi
 fi
 
-export VLLM_BASE_URL
+[[ -n "${VLLM_BASE_URL:-}" ]] && export VLLM_BASE_URL
 export DATABASE_URL="${DATABASE_URL:-sqlite+aiosqlite:///$DATA_DIR/stack.db}"
 export SEED_DEMO_DATA="${SEED_DEMO_DATA:-true}"
 log "starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT (database: $DATABASE_URL)"
@@ -114,7 +129,7 @@ cat >&2 <<EOF
 
   The stack is up.
     gateway  $GATEWAY_URL      (OpenAI API at $GATEWAY_URL/v1)
-    engine   $VLLM_BASE_URL      model: $model${LAUNCHER_PID:+ (log: $LOG_DIR/engine.log)}
+    engine   ${VLLM_BASE_URLS:-${VLLM_DNS_URL:-$VLLM_BASE_URL}}      model: $model${LAUNCHER_PID:+ (logs: $LOG_DIR/engine*.log)}
     database $DATABASE_URL
 
   Try:

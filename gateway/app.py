@@ -25,6 +25,9 @@ from gateway.api import Feature, Gateway
 from gateway.config import Settings
 from gateway.core import Core
 from gateway.engines.client import EngineClient
+from gateway.engines.discovery import DnsDiscovery
+from gateway.engines.fleet import Fleet
+from gateway.engines.router import Router
 from gateway.engines.state import EngineState
 from gateway.features import FeatureFactory, installed_features, selected
 from gateway.http.admission import Admission
@@ -88,8 +91,12 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     """The gateway for ``settings``; ``features``: factories to plug in (default: the installed ones)."""
     settings = settings or Settings()
     metrics = Metrics()
-    engines = EngineClient(settings)
-    engine_state = EngineState(settings, engines, metrics=metrics)
+    fleet = Fleet.from_settings(settings, metrics=metrics)
+    engines = EngineClient(settings, fleet, router=Router.from_settings(settings, fleet, metrics=metrics),
+                           metrics=metrics)
+    engine_state = EngineState(settings, engines, metrics=metrics, fleet=fleet,
+                               discovery=DnsDiscovery.from_settings(settings))
+    engines.when_none_ready = engine_state.look_again  # an engine may have come up since the last look
     admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
     metrics.inflight.set_function(lambda: admission.inflight)
     shapes = ErrorShapes()

@@ -58,6 +58,28 @@ class Settings(BaseSettings):
     engine_poll_interval: float = Field(5.0, gt=0)
     sse_keepalive_seconds: float = Field(15.0, gt=0)
 
+    # --- the engine fleet (docs/fleet.md) ---------------------------------------
+    # Several engines: "URL" or "URL|KEY" items (KEY: that engine's own API key, else
+    # VLLM_API_KEY). Set, it replaces VLLM_BASE_URL; VLLM_DNS_URL replaces both.
+    vllm_base_urls: CommaList = Field(default_factory=list, repr=False)  # may hold keys
+    # "http://NAME:PORT": every address NAME resolves to is an engine (a Kubernetes headless
+    # Service), re-resolved every VLLM_DNS_REFRESH_SECONDS.
+    vllm_dns_url: str = ""
+    vllm_dns_refresh_seconds: float = Field(10.0, gt=0)
+    # Seconds between two reads of each engine's /metrics (load, prefix cache); 0: never.
+    engine_metrics_interval: float = Field(1.0, ge=0)
+    routing_policy: Literal["prefix", "session", "least_load", "round_robin"] = "prefix"
+    # An affinity (session or prefix) holds while its engine's load stays within this factor
+    # of the fleet's mean (consistent hashing with bounded loads).
+    routing_load_bound: float = Field(1.25, ge=1.0)
+    # Engines tried for one request before its failure reaches the client (and engines a
+    # stream may switch to after its engine fails).
+    engine_max_attempts: int = Field(3, ge=1)
+    # How long an engine that failed a request gets none (doubled for each failure in a row, up to 60 s).
+    engine_eject_seconds: float = Field(5.0, ge=0)
+    # A resumable stream whose engine dies or stalls is produced again on another engine.
+    stream_continuation: bool = True
+
     # --- security and admission ---------------------------------------------
     # Comma-separated keys, each either the key itself or "sha256:<hex digest>".
     # API_KEYS may read (OpenAI routes, code API, search, chat); ADMIN_API_KEYS
@@ -120,7 +142,8 @@ class Settings(BaseSettings):
     # Which installed features run: "all", "none", or names (e.g. "marketplace").
     features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes", mode="before")
+    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes",
+                     "vllm_base_urls", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
@@ -134,7 +157,7 @@ class Settings(BaseSettings):
                              f"got {', '.join(unknown)}")
         return value
 
-    @field_validator("vllm_base_url")
+    @field_validator("vllm_base_url", "vllm_dns_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")

@@ -21,13 +21,16 @@ from gateway.http.metrics import Metrics
 from gateway.relay.context import RelayContext, StreamBackend
 from gateway.relay.plain import LiveStreams
 
+AFFINITY_HEADER = b"x-session-affinity"
+MAX_AFFINITY_KEY = 256
+
 
 @dataclass
 class Core:
     settings: Settings
     metrics: Metrics
-    engines: EngineClient        # how requests reach the engine
-    engine_state: EngineState    # readiness, served models and their names
+    engines: EngineClient        # how requests reach the engines (routed by hints, with failover)
+    engine_state: EngineState    # readiness, served models and their names, over the whole fleet
     admission: Admission
     error_shapes: ErrorShapes
     streams: StreamBackend       # how streams reach clients
@@ -62,4 +65,13 @@ class Core:
             keepalive_seconds=self.settings.sse_keepalive_seconds,
             error_shape=error_shape or self.error_shapes.for_path(scope["path"]),
             live_streams=self.live_streams,
+            affinity_key=affinity_header(scope),
         )
+
+
+def affinity_header(scope: dict) -> str | None:
+    """The request's ``x-session-affinity`` header: requests naming the same value stick to one engine."""
+    for name, value in scope["headers"]:
+        if name == AFFINITY_HEADER:
+            return value[:MAX_AFFINITY_KEY].decode("latin-1") or None
+    return None

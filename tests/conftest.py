@@ -7,7 +7,8 @@ tests/support/. A package's fast and integration tests sit side by side: the tie
 not a folder (``SERVICE_FIXTURES`` below).
 
 Fixtures that start real services (plugins in tests/support/): ``vllm_engine`` /
-``idle_vllm_engine`` (a real vLLM engine, ``engine.py``), ``postgres_server`` /
+``idle_vllm_engine`` (a real vLLM engine, ``engine.py``), ``vllm_fleet`` (two real engines,
+``fleet.py``), ``postgres_server`` /
 ``postgres_dsn`` / ``postgres_database_url`` (a real PostgreSQL, ``postgres.py``), ``browser``
 (a real headless Chromium, ``browser.py``), and ``tests.support.servers.run_uvicorn`` (an app
 under real uvicorn). ``fake_engine`` (below) is the fake OpenAI upstream of the fast tests.
@@ -24,6 +25,7 @@ from tests.support.fake_engine import FakeEngine, running_fake_engine
 pytest_plugins = [
     "tests.support.servers",  # first: the others import it
     "tests.support.engine",
+    "tests.support.fleet",
     "tests.support.postgres",
     "tests.support.browser",
 ]
@@ -33,6 +35,7 @@ pytest_plugins = [
 SERVICE_FIXTURES = {
     "vllm_engine": "engine",
     "idle_vllm_engine": "engine",
+    "vllm_fleet": "engine",
     "postgres_server": "postgres",
     "postgres_dsn": "postgres",
     "postgres_database_url": "postgres",

@@ -1,87 +1,77 @@
-"""The HTTP client to an engine: a pooled, long-lived aiohttp session.
+"""The engines as the rest of the gateway calls them: one pooled HTTP client, a router, failover.
 
-aiohttp rather than httpx because it was measured: on this machine an httpx
-relay spent most of its CPU in connection-pool bookkeeping at 32 concurrent
-requests (see docs/benchmarks.md, "Upstream client"). httpx stays for tests.
+aiohttp rather than httpx because it was measured: on this machine an httpx relay spent
+most of its CPU in connection-pool bookkeeping at 32 concurrent requests (see the README's
+"Upstream client"). httpx stays for tests. One ``ClientSession`` serves every engine (its
+connector pools per host).
 
-Timeouts are explicit and separate:
-- connect: establishing a TCP connection to the engine;
-- first byte: until the response headers arrive (for a non-streamed request
-  that is the whole generation, so it is generous);
-- between chunks: the longest silence tolerated inside a stream.
+Every call names its routing hints (``engines.routing``); the router picks the engine
+(``engines.router``). Failover: when the chosen engine refuses the connection, resets or
+closes it, sends a broken response or answers 503 before anything reached the client, the
+request goes to another engine, at most ``ENGINE_MAX_ATTEMPTS`` engines in all, and the
+failed engine is ejected for a while (``engines.engine``). A non-streamed request has sent
+nothing to its client until the engine's whole answer is in, so an engine dying in the
+middle of one is retried too; a stream is retried only until its response headers (after
+that, ``sessions.producer`` may continue it elsewhere). A timeout waiting for the answer is
+not retried: the engine may still be generating, and the client's time is spent.
 
-Failures become the errors of ``gateway.engines.errors``. Time spent waiting for
-the engine counts as engine time of the request being served (``http.timing``).
+Timeouts are explicit and separate: connect (then 503), first byte (the response headers;
+for a non-streamed request the whole generation, so generous; then 504), and between chunks
+(the longest silence inside a stream). Time spent waiting for engines counts as engine time
+of the request being served (``http.timing``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import orjson
-from yarl import URL
 
 from gateway.config import Settings
-from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, parse_error_body, translate_client_error
-from gateway.engines.routing import RouteHints
+from gateway.engines.engine import Engine
+from gateway.engines.errors import (
+    ENDED_EARLY,
+    HTTP_503,
+    RETRYABLE,
+    STALLED,
+    BadGateway,
+    EngineError,
+    EngineUnavailable,
+    parse_error_body,
+    translate_client_error,
+)
+from gateway.engines.fleet import Fleet
+from gateway.engines.router import Router
+from gateway.engines.routing import RouteHints, openai_hints
+from gateway.engines.stream import EngineStream, Refused
 from gateway.http.timing import add_engine_wait
 
+__all__ = ["EngineClient", "EngineStream"]
+
 IDLE_CONNECTION_SECONDS = 4.0
-
-
-class EngineStream:
-    """An open streamed response from the engine: raw bytes as they arrive."""
-
-    def __init__(self, response: aiohttp.ClientResponse, chunk_timeout: float) -> None:
-        self.response = response
-        self._content = response.content
-        self.status = response.status
-        # After the headers, the read timeout is the between-chunks silence limit.
-        if response.connection is not None and response.connection.protocol is not None:
-            response.connection.protocol.read_timeout = chunk_timeout
-
-    # The streaming loop reads ``content.readany()`` itself (one awaited call per read, no
-    # wrapper) and turns these into the gateway's errors with ``failure``.
-    errors = (TimeoutError, aiohttp.ClientError, OSError)
-
-    @property
-    def readany(self):
-        """``await stream.readany()``: the bytes that arrived since the last read; b"" at the end."""
-        return self._content.readany
-
-    @staticmethod
-    def failure(exc: BaseException) -> EngineError:
-        return translate_client_error(exc)
-
-    async def refusal(self) -> EngineHTTPError:
-        """The engine's HTTP error, for a stream whose status says it refused the request (closed then)."""
-        try:
-            body = await self.response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise translate_client_error(exc) from exc
-        finally:
-            self.close()
-        return parse_error_body(self.status, body)
-
-    def close(self) -> None:
-        """Close the connection at once: the engine sees the disconnect and aborts."""
-        self.response.close()
+MODELS_PATH = "/v1/models"
+# Failures that say the engine is broken (not merely slow or refusing one request): eject it.
+EJECTING = RETRYABLE | {HTTP_503, STALLED, ENDED_EARLY}
+RETRIED = RETRYABLE | {HTTP_503}
 
 
 class EngineClient:
-    """The engines as the rest of the gateway calls them (one engine today; ``route`` hints are
-    for a fleet's router and change nothing here)."""
+    """What protocols call (``core.engines``): requests to the fleet, routed by their hints."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.base_url = settings.vllm_base_url
+    def __init__(self, settings: Settings, fleet: Fleet | None = None, *, router: Router | None = None,
+                 metrics=None) -> None:
         self._settings = settings
+        self.fleet = fleet if fleet is not None else Fleet.from_settings(settings, metrics=metrics)
+        self.router = router if router is not None else Router.from_settings(settings, self.fleet, metrics=metrics)
+        self.max_attempts = settings.engine_max_attempts
+        # Called (and awaited) when no engine can take a request, before refusing it: the
+        # engine state looks again, in case an engine came up since its last look.
+        self.when_none_ready: Callable[[], Awaitable[None]] | None = None
         self._pool: aiohttp.ClientSession | None = None
-        self._urls: dict[str, URL] = {}  # parsed once per path: yarl parsing is per-request cost
-        self._headers = {"content-type": "application/json"}
-        if settings.vllm_api_key is not None and settings.vllm_api_key.get_secret_value():
-            self._headers["authorization"] = f"Bearer {settings.vllm_api_key.get_secret_value()}"
         self.chunk_timeout = settings.upstream_chunk_timeout
         # sock_connect only (not connect, which also arms a timer around taking
         # a pooled connection on every request).
@@ -90,6 +80,11 @@ class EngineClient:
             sock_connect=settings.upstream_connect_timeout,
             sock_read=settings.upstream_first_byte_timeout,
         )
+
+    @property
+    def base_url(self) -> str:
+        """The first engine's address (what a single-engine gateway calls ``VLLM_BASE_URL``)."""
+        return self.fleet.engines[0].base_url if self.fleet.engines else self._settings.vllm_base_url
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -120,22 +115,39 @@ class EngineClient:
             raise RuntimeError("EngineClient.start() was not awaited")
         return self._pool
 
-    def url(self, path: str) -> URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = URL(self.base_url + path)
-        return url
+    # --- choosing engines ------------------------------------------------------------------
+    async def _first(self, route: RouteHints | None) -> Engine:
+        engine = self.router.pick(route)
+        if engine is None and self.when_none_ready is not None:
+            await self.when_none_ready()
+            engine = self.router.pick(route)
+        if engine is None:
+            raise self.router.unavailable(route)
+        return engine
 
-    def _request_headers(self, request_id: str | None, content_type: str | None = None) -> dict[str, str]:
-        if request_id is None and content_type is None:
-            return self._headers
-        headers = dict(self._headers)
-        if request_id is not None:
-            headers["x-request-id"] = request_id
-        if content_type is not None:  # a body that is not JSON (multipart audio uploads)
-            headers["content-type"] = content_type
-        return headers
+    def _pinned(self, engine_id: str) -> Engine:
+        engine = self.fleet.get(engine_id)
+        if engine is None:
+            raise EngineUnavailable(f"the inference engine {engine_id} left the fleet")
+        return engine
 
+    def _next_after(self, engine: Engine, error: EngineError, route: RouteHints | None,
+                    tried: list[Engine]) -> Engine | None:
+        """``engine`` failed before the client saw anything: the engine to try next, or None."""
+        kind = error.kind
+        if kind in EJECTING:
+            self.fleet.failed(engine, kind, error.message)
+        else:
+            engine.counters.error(kind)
+        tried.append(engine)
+        if kind not in RETRIED or len(tried) >= self.max_attempts:
+            return None
+        following = self.router.pick(route, tried)
+        if following is not None:
+            engine.counters.retries.inc()
+        return following
+
+    # --- requests -------------------------------------------------------------------------
     async def request_bytes(
         self,
         method: str,
@@ -157,37 +169,136 @@ class EngineClient:
             connect = min(timeout, self._timeout.sock_connect or timeout)
             kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout, sock_connect=connect)
         try:
-            async with self.pool.request(
-                method, self.url(path), data=body, headers=self._request_headers(request_id, content_type), **kwargs
-            ) as response:
-                payload = await response.read()
-                return response.status, payload
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise translate_client_error(exc) from exc
+            if route is not None and route.engine is not None:  # a look at one engine: no routing
+                engine = self._pinned(route.engine)
+                return await self._exchange(engine, method, path, body,
+                                            engine.request_headers(request_id, content_type), kwargs)
+            engine = await self._first(route)
+            tried: list[Engine] = []
+            while True:
+                current = engine
+                current.counters.requests.inc()
+                current.inflight += 1
+                try:
+                    status, payload = await self._exchange(current, method, path, body,
+                                                           current.request_headers(request_id, content_type), kwargs)
+                except EngineError as error:
+                    current.inflight -= 1
+                    following = self._next_after(current, error, route, tried)
+                    if following is None:
+                        raise
+                    engine = following
+                    continue
+                except BaseException:
+                    current.inflight -= 1
+                    raise
+                current.inflight -= 1
+                if status == 503:
+                    following = self._next_after(current, parse_error_body(status, payload), route, tried)
+                    if following is not None:
+                        engine = following
+                        continue
+                else:
+                    current.succeeded()
+                return status, payload
         finally:
             add_engine_wait(time.perf_counter() - started)
+
+    async def _exchange(self, engine: Engine, method: str, path: str, body: bytes | None,
+                        headers: dict[str, str], kwargs: dict[str, Any]) -> tuple[int, bytes]:
+        try:
+            async with self.pool.request(method, engine.url(path), data=body, headers=headers, **kwargs) as response:
+                return response.status, await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise translate_client_error(exc) from exc
 
     async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None,
                           route: RouteHints | None = None, method: str = "POST") -> EngineStream:
         """Send ``body`` (POST, or ``method``) and return once the engine's response headers are in."""
-        try:
-            response = await self.pool.request(
-                method, self.url(path), data=body, headers=self._request_headers(request_id)
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise translate_client_error(exc) from exc
-        return EngineStream(response, self.chunk_timeout)
+        engine = await self._first(route)
+        tried: list[Engine] = []
+        while True:
+            engine.counters.requests.inc()
+            engine.inflight += 1
+            try:
+                response = await self.pool.request(method, engine.url(path), data=body,
+                                                   headers=engine.request_headers(request_id))
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                engine.inflight -= 1
+                error = translate_client_error(exc)
+                following = self._next_after(engine, error, route, tried)
+                if following is None:
+                    raise error from exc
+                engine = following
+                continue
+            except BaseException:
+                engine.inflight -= 1
+                raise
+            if response.status == 503:  # the engine cannot serve now: another may
+                try:
+                    body_503 = await response.read()
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    body_503 = b""
+                finally:
+                    response.close()
+                refusal = parse_error_body(503, body_503)
+                following = self._next_after(engine, refusal, route, tried)
+                if following is not None:
+                    engine.inflight -= 1
+                    engine = following
+                    continue
+                # No other engine: the client gets this engine's 503 (the stream reads as refused).
+                return EngineStream(Refused(503, body_503), self.chunk_timeout, engine, self.fleet)
+            engine.succeeded()
+            return EngineStream(response, self.chunk_timeout, engine, self.fleet)
 
     async def post_json(self, path: str, payload: dict, *, request_id: str | None = None,
                         route: RouteHints | None = None) -> dict:
-        """POST a JSON payload; the decoded JSON answer, or an EngineError."""
+        """POST a JSON payload; the decoded JSON answer, or an EngineError.
+
+        Without hints, they are read from the payload (an OpenAI-shaped body: its ``model``,
+        ``user`` and prompt prefix), so callers that build requests themselves (the code API,
+        features) are routed like the OpenAI routes.
+        """
+        if route is None:
+            model = payload.get("model")
+            route = openai_hints(payload, model=model if isinstance(model, str) else None,
+                                 with_prefix=self.router.uses_prefix)
         status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id,
                                                 route=route)
         return self._decode(status, body)
 
-    async def get_json(self, path: str, *, timeout: float | None = None) -> dict:
-        status, body = await self.request_bytes("GET", path, timeout=timeout)
+    async def get_json(self, path: str, *, timeout: float | None = None, route: RouteHints | None = None) -> dict:
+        """GET a JSON answer. ``/v1/models`` without hints lists the union of the fleet's models."""
+        if path == MODELS_PATH and route is None and self.fleet.many:
+            return await self._fleet_models(timeout)
+        status, body = await self.request_bytes("GET", path, timeout=timeout, route=route)
         return self._decode(status, body)
+
+    async def _fleet_models(self, timeout: float | None) -> dict:
+        """Every ready engine's model cards, each name once (the first engine's card wins)."""
+        engines = [engine for engine in self.fleet.engines if engine.ready] or list(self.fleet.engines)
+        if not engines:
+            raise self.router.unavailable(None)
+        answers = await asyncio.gather(
+            *(self.get_json(MODELS_PATH, timeout=timeout, route=RouteHints(engine=engine.id)) for engine in engines),
+            return_exceptions=True)
+        cards: list[dict] = []
+        seen: set[object] = set()
+        failures: list[EngineError] = []
+        for answer in answers:
+            if isinstance(answer, EngineError):
+                failures.append(answer)
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            for card in answer.get("data", []):
+                if isinstance(card, dict) and card.get("id") not in seen:
+                    seen.add(card.get("id"))
+                    cards.append(card)
+        if not cards and failures:
+            raise failures[0]
+        return {"object": "list", "data": cards}
 
     @staticmethod
     def _decode(status: int, body: bytes) -> dict:

@@ -3,6 +3,10 @@
 engine unreachable -> 503, engine too slow -> 504, engine broke the exchange -> 502. An HTTP
 error answered by the engine itself is :class:`EngineHTTPError`, carrying the engine's status
 and its raw body (relayed to clients as the engine wrote it).
+
+Each failure also has a ``kind`` (a short word, safe in metric labels and public bodies) that
+says what happened to the exchange; the fleet retries on another engine only the kinds that
+prove nothing was generated for the client yet (``RETRYABLE``).
 """
 
 from __future__ import annotations
@@ -15,24 +19,46 @@ import orjson
 
 from gateway.http.errors import GatewayError
 
+# Failure kinds. A refused or timed-out connection, a reset or a closed connection, a broken
+# or garbled response: the engine produced nothing the client has seen, so another engine may
+# serve the request. A timeout waiting for the answer is not retried: the engine may still be
+# generating, and the client's time is spent.
+REFUSED = "refused"
+CONNECT_TIMEOUT = "connect_timeout"
+RESET = "reset"
+DISCONNECTED = "disconnected"
+BAD_RESPONSE = "bad_response"
+TIMEOUT = "timeout"
+STALLED = "stalled"            # a stream fell silent for longer than UPSTREAM_CHUNK_TIMEOUT
+ENDED_EARLY = "ended_early"    # a stream stopped without its terminal event
+HTTP_503 = "http_503"
+NO_ENGINE = "no_engine"
+RETRYABLE = frozenset({REFUSED, CONNECT_TIMEOUT, RESET, DISCONNECTED, BAD_RESPONSE})
+
 
 class EngineError(GatewayError):
     """The engine could not be used."""
 
+    kind = "error"
+
 
 class EngineUnavailable(EngineError):
-    def __init__(self, message: str = "the inference engine is unavailable") -> None:
+    def __init__(self, message: str = "the inference engine is unavailable", *, kind: str = REFUSED) -> None:
         super().__init__(503, message, code="engine_unavailable")
+        self.kind = kind
 
 
 class EngineTimeout(EngineError):
-    def __init__(self, message: str = "the inference engine did not answer in time") -> None:
+    def __init__(self, message: str = "the inference engine did not answer in time", *, kind: str = TIMEOUT) -> None:
         super().__init__(504, message, code="engine_timeout")
+        self.kind = kind
 
 
 class BadGateway(EngineError):
-    def __init__(self, message: str = "the inference engine sent an invalid response") -> None:
+    def __init__(self, message: str = "the inference engine sent an invalid response", *,
+                 kind: str = BAD_RESPONSE) -> None:
         super().__init__(502, message, code="bad_gateway")
+        self.kind = kind
 
 
 class EngineHTTPError(EngineError):
@@ -43,6 +69,7 @@ class EngineHTTPError(EngineError):
         super().__init__(gateway_status, message, param=param, code=code if isinstance(code, str) else None)
         self.upstream_status = status
         self.body = body
+        self.kind = HTTP_503 if status == 503 else f"http_{status}"
 
 
 def parse_error_body(status: int, body: bytes) -> EngineHTTPError:
@@ -71,14 +98,17 @@ def translate_client_error(exc: BaseException) -> EngineError:
     """Map an aiohttp/asyncio failure to the gateway error a client should see."""
     if isinstance(exc, EngineError):
         return exc
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # nothing was sent: the engine is unavailable
+        return EngineUnavailable("the inference engine is unreachable (no connection within "
+                                 "UPSTREAM_CONNECT_TIMEOUT)", kind=CONNECT_TIMEOUT)
     if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return EngineTimeout()
     if isinstance(exc, aiohttp.ClientConnectorError):
         return EngineUnavailable(f"the inference engine is unreachable ({exc.os_error.strerror or exc})")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return BadGateway("the inference engine closed the connection")
+        return BadGateway("the inference engine closed the connection", kind=DISCONNECTED)
     if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
         return BadGateway(f"the inference engine sent an invalid response ({exc.__class__.__name__})")
     if isinstance(exc, (aiohttp.ClientError, OSError)):
-        return EngineUnavailable(f"the inference engine is unavailable ({exc.__class__.__name__})")
+        return EngineUnavailable(f"the inference engine is unavailable ({exc.__class__.__name__})", kind=RESET)
     raise exc

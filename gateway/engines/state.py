@@ -1,10 +1,17 @@
-"""What the gateway knows about the engine: ready or not, which models, how long a context.
+"""What the gateway knows about its engines: ready or not, which models, how long a context, how busy.
 
-Readiness follows the engine's own signals: ``/health`` answers 200 and
-``/v1/models`` lists at least one model. A background task refreshes the state
-every ``ENGINE_POLL_INTERVAL`` seconds; ``/health`` refreshes it on demand when
-the last look is older than a second, so a stopped engine reads not-ready at
-once, and concurrent refreshes share one look.
+Per engine (``engines.engine``), readiness follows the engine's own signals: ``/health``
+answers 200 and ``/v1/models`` lists at least one model. A background task looks at every
+engine each ``ENGINE_POLL_INTERVAL`` seconds; ``/health`` looks again on demand when the
+last look is older than a second, so a stopped engine reads not-ready at once, and
+concurrent refreshes share one look. Another task reads each ready engine's ``/metrics``
+every ``ENGINE_METRICS_INTERVAL`` seconds (its load, for routing); with DNS discovery a
+third re-resolves the name (``engines.discovery``).
+
+For the rest of the gateway this is one view of the whole fleet: ``ready`` when any engine
+is, ``served_models`` the union of the ready engines' models (of every known engine when
+none is ready), and the model naming rules (aliases, ``MODEL_PATH``, 404 for an unknown
+model, 503 for a known model whose engines are all down).
 """
 
 from __future__ import annotations
@@ -13,10 +20,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from gateway.config import Settings
-from gateway.engines.client import EngineClient
-from gateway.engines.errors import BadGateway, EngineError, EngineTimeout
+from gateway.engines.discovery import DnsDiscovery
+from gateway.engines.engine import Engine
+from gateway.engines.errors import BadGateway, EngineError, EngineTimeout, EngineUnavailable
+from gateway.engines.fleet import Fleet
+from gateway.engines.routing import RouteHints
+from gateway.engines.scrape import parse_load
 from gateway.http.errors import GatewayError
 
 log = logging.getLogger("gateway.engine")
@@ -27,23 +39,37 @@ FRESH_SECONDS = 1.0
 # connection or a non-200 health answer does at once.
 TIMEOUTS_BEFORE_NOT_READY = 3
 LOOK_TIMEOUT = 10.0
+SCRAPE_TIMEOUT = 2.0
+# When no engine can take a request, it waits this long at most for a fresh look.
+LOOK_AGAIN_SECONDS = 1.0
 
 
 class EngineState:
-    def __init__(self, settings: Settings, upstream: EngineClient, *, metrics=None) -> None:
+    def __init__(self, settings: Settings, upstream, *, metrics=None, fleet: Fleet | None = None,
+                 discovery: DnsDiscovery | None = None) -> None:
+        """``upstream``: how to reach engines (``EngineClient``; its ``route`` hints pin each look to
+        one engine); ``fleet``: the engines (default: the upstream's, else from ``settings``)."""
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
+        if fleet is None:
+            fleet = getattr(upstream, "fleet", None) or Fleet.from_settings(settings)
+        self.fleet = fleet
+        self.discovery = discovery
+        # The fleet as one engine (recomputed after every look).
         self.ready = False
         self.reachable = False
         self.served_models: list[str] = []
         self.max_model_len: int | None = None
-        self.root: str | None = None  # the checkpoint the engine loaded (its path or hub id)
+        self.root: str | None = None  # the checkpoint the default model's engine loaded (path or hub id)
         self.last_error: str | None = None
         self.checked_at = 0.0
-        self._timeouts_in_a_row = 0
         self._refreshing: asyncio.Task | None = None
-        self._poller: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def engines(self) -> list[Engine]:
+        return self.fleet.engines
 
     # --- model names -----------------------------------------------------------
     @property
@@ -64,7 +90,7 @@ class EngineState:
 
     @property
     def public_models(self) -> list[str]:
-        """Every name a client may use: the engine's own plus configured aliases."""
+        """Every name a client may use: the engines' own plus configured aliases."""
         names = list(self.served_models)
         for name in [self._settings.model_path, *self._settings.model_aliases]:
             if name and name not in names:
@@ -72,10 +98,10 @@ class EngineState:
         return names
 
     def resolve_model(self, requested: object) -> str | None:
-        """The engine-side name for ``requested``; None if the engine serves it as is.
+        """The engine-side name for ``requested``; None if the engines serve it as is.
 
-        Raises a 404 (OpenAI's ``model_not_found``) listing valid names for an
-        unknown model, and 503 when the engine's models are not known yet.
+        Raises a 404 (OpenAI's ``model_not_found``) listing valid names for an unknown
+        model, and 503 when no model is known yet or every engine serving it is down.
         """
         if not self.served_models:
             raise GatewayError(503, "the inference engine is not ready (no model loaded yet)", code="engine_not_ready")
@@ -83,6 +109,8 @@ class EngineState:
             return None
         if requested in self.public_models:
             return self.default_model
+        if isinstance(requested, str) and any(requested in engine.models for engine in self.fleet.engines):
+            raise GatewayError(503, f"every inference engine serving '{requested}' is down", code="engine_unavailable")
         valid = ", ".join(self.public_models)
         raise GatewayError(
             404,
@@ -91,9 +119,46 @@ class EngineState:
             code="model_not_found",
         )
 
+    @property
+    def continues_streams(self) -> bool:
+        """Whether a resumable stream whose engine fails is continued on another (``STREAM_CONTINUATION``)."""
+        return self._settings.stream_continuation
+
+    @property
+    def wants_prefix(self) -> bool:
+        """Whether routing reads the prompt's prefix (protocols compute it only then)."""
+        router = getattr(self._upstream, "router", None)
+        return bool(router is not None and router.uses_prefix)
+
+    # --- the fleet as one -------------------------------------------------------------
+    def _aggregate(self) -> None:
+        engines = self.fleet.engines
+        ready = [engine for engine in engines if engine.ready]
+        names: list[str] = []
+        for engine in ready or engines:
+            for name in engine.models:
+                if name not in names:
+                    names.append(name)
+        self.served_models = names
+        self.ready = bool(ready)
+        self.reachable = any(engine.reachable for engine in engines)
+        home = next((e for e in ready if self.default_model in e.models), None) or next(
+            (e for e in engines if self.default_model in e.models), None)
+        if home is not None:
+            self.max_model_len, self.root = home.max_model_len, home.root
+        if self.ready:
+            self.last_error = None
+        elif engines:
+            self.last_error = next((e.last_error for e in engines if e.last_error), None)
+        else:
+            self.last_error = (self.discovery.last_error if self.discovery is not None else None) or \
+                "no inference engine is known yet"
+        if self._metrics is not None:
+            self._metrics.engine_ready.set(1 if self.ready else 0)
+
     # --- refreshing --------------------------------------------------------------
     async def refresh(self) -> None:
-        """Look at the engine now (one look shared by concurrent callers)."""
+        """Look at every engine now (one look shared by concurrent callers)."""
         await asyncio.shield(self._shared_look())
 
     async def refresh_if_stale(self, *, max_wait: float = 2.0) -> None:
@@ -105,61 +170,121 @@ class EngineState:
         if time.monotonic() - self.checked_at > FRESH_SECONDS:
             await asyncio.wait({self._shared_look()}, timeout=max_wait)
 
+    async def look_again(self) -> None:
+        """No engine can take a request: a fresh look (if the last is stale), briefly awaited."""
+        await self.refresh_if_stale(max_wait=LOOK_AGAIN_SECONDS)
+
     def _shared_look(self) -> asyncio.Task:
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.get_running_loop().create_task(self._look())
+            self._refreshing = asyncio.get_running_loop().create_task(self._look_all())
         return self._refreshing
 
-    async def _look(self) -> None:
-        timeout = LOOK_TIMEOUT
+    async def _look_all(self) -> None:
         try:
-            status, _ = await self._upstream.request_bytes("GET", "/health", timeout=timeout)
-            self.reachable = True
-            if status != 200:
-                raise EngineError(503, f"engine /health answered {status}")
-            models = await self._upstream.get_json("/v1/models", timeout=timeout)
-            cards = [m for m in models.get("data", []) if isinstance(m, dict) and m.get("id")]
-            self.served_models = [str(m["id"]) for m in cards]
-            if cards:
-                self.max_model_len = cards[0].get("max_model_len")
-                self.root = cards[0].get("root")
-            was_ready, self.ready = self.ready, bool(self.served_models)
-            self._timeouts_in_a_row = 0
-            self.last_error = None if self.ready else "the engine lists no model"
-            if self.ready and not was_ready:
-                log.info("engine ready", extra={"models": self.served_models, "max_model_len": self.max_model_len})
-        except EngineError as exc:
-            if isinstance(exc, (EngineTimeout, BadGateway)) and self.ready:
-                self._timeouts_in_a_row += 1
-                if self._timeouts_in_a_row < TIMEOUTS_BEFORE_NOT_READY:
-                    self.last_error = exc.message
-                    return
-            if exc.status == 503 and "unreachable" in exc.message:
-                self.reachable = False
-            if self.ready:
-                log.warning("engine not ready", extra={"reason": exc.message})
-            self.ready = False
-            self.last_error = exc.message
+            if self.discovery is not None and not self.fleet.engines:  # the first look of a discovered fleet
+                members = await self.discovery.members()
+                if members is not None:
+                    self.fleet.replace(members)
+            await asyncio.gather(*(self._look(engine) for engine in list(self.fleet.engines)))
         finally:
             self.checked_at = time.monotonic()
-            if self._metrics is not None:
-                self._metrics.engine_ready.set(1 if self.ready else 0)
+            self._aggregate()
 
-    async def _poll_forever(self) -> None:
+    async def _look(self, engine: Engine) -> None:
+        pinned = RouteHints(engine=engine.id)
+        try:
+            status, _ = await self._upstream.request_bytes("GET", "/health", timeout=LOOK_TIMEOUT, route=pinned)
+            engine.reachable = True
+            if status != 200:
+                error = EngineError(503, f"engine /health answered {status}")
+                error.kind = f"health_{status}"
+                raise error
+            models = await self._upstream.get_json("/v1/models", timeout=LOOK_TIMEOUT, route=pinned)
+            cards = [m for m in models.get("data", []) if isinstance(m, dict) and m.get("id")]
+            engine.cards = cards
+            engine.models = [str(m["id"]) for m in cards]
+            if cards:
+                engine.max_model_len = cards[0].get("max_model_len")
+                engine.root = cards[0].get("root")
+            was_ready, engine.ready = engine.ready, bool(engine.models)
+            engine.timeouts_in_a_row = 0
+            if engine.ready:
+                if not engine.ejected:
+                    engine.last_error = engine.error_kind = None
+            else:
+                engine.last_error, engine.error_kind = "the engine lists no model", "no_model"
+            if engine.ready and not was_ready:
+                log.info("engine ready", extra={"engine": engine.id, "models": engine.models,
+                                                "max_model_len": engine.max_model_len})
+        except EngineError as exc:
+            if isinstance(exc, (EngineTimeout, BadGateway)) and engine.ready:
+                engine.timeouts_in_a_row += 1
+                if engine.timeouts_in_a_row < TIMEOUTS_BEFORE_NOT_READY:
+                    engine.last_error, engine.error_kind = exc.message, exc.kind
+                    return
+            if isinstance(exc, EngineUnavailable):
+                engine.reachable = False
+            if engine.ready:
+                log.warning("engine not ready", extra={"engine": engine.id, "reason": exc.message})
+            engine.ready = False
+            engine.last_error = exc.message
+            engine.error_kind = exc.kind
+        finally:
+            engine.checked_at = time.monotonic()
+
+    async def _scrape(self, engine: Engine) -> None:
+        """Read ``engine``'s load from its /metrics (no load known when that fails)."""
+        try:
+            status, body = await self._upstream.request_bytes("GET", "/metrics", timeout=SCRAPE_TIMEOUT,
+                                                              route=RouteHints(engine=engine.id))
+        except EngineError as exc:
+            engine.scraped(None)
+            if isinstance(exc, EngineUnavailable):  # it may be gone: look now, not at the next poll
+                self._shared_look()
+            return
+        engine.scraped(parse_load(body) if status == 200 else None)
+
+    async def scrape_all(self) -> None:
+        await asyncio.gather(*(self._scrape(engine) for engine in list(self.fleet.engines) if engine.ready))
+
+    async def discover(self) -> None:
+        """Resolve the engines' DNS name now, and look at the engines that are new."""
+        if self.discovery is None:
+            return
+        members = await self.discovery.members()
+        if members is None:
+            self._aggregate()
+            return
+        added = self.fleet.replace(members)
+        if added:
+            await asyncio.gather(*(self._look(engine) for engine in added))
+        self._aggregate()
+
+    # --- background work ----------------------------------------------------------
+    async def _every(self, seconds: float, work: Callable[[], Awaitable[None]]) -> None:
         while True:
             with contextlib.suppress(Exception):
-                await self.refresh()
-            await asyncio.sleep(self._settings.engine_poll_interval)
+                await work()
+            await asyncio.sleep(seconds)
 
     def start_polling(self) -> None:
-        self._poller = asyncio.get_running_loop().create_task(self._poll_forever(), name="engine-poller")
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._every(self._settings.engine_poll_interval, self.refresh),
+                                            name="engine-poller"))
+        if self._settings.engine_metrics_interval > 0:
+            self._tasks.append(loop.create_task(self._every(self._settings.engine_metrics_interval, self.scrape_all),
+                                                name="engine-metrics"))
+        if self.discovery is not None:
+            self._tasks.append(loop.create_task(self._every(self._settings.vllm_dns_refresh_seconds, self.discover),
+                                                name="engine-discovery"))
 
     async def stop_polling(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
+                await task
         if self._refreshing is not None and not self._refreshing.done():
             self._refreshing.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -1,7 +1,9 @@
 """Prometheus metrics, on a registry owned by the app (tests build many apps).
 
 Labels are bounded: route templates (not raw paths), status codes, key ids
-(digest prefixes of configured keys, so as many as there are keys).
+(digest prefixes of configured keys, so as many as there are keys), engines (the fleet's
+members; an engine that leaves the fleet has its series removed), failure kinds and
+routing reasons (short fixed words).
 """
 
 from __future__ import annotations
@@ -61,8 +63,36 @@ class Metrics:
         self._request_children: dict[tuple[str, int], tuple] = {}
         self._ended_children: dict[str, object] = {}
         self._token_children: dict[str, tuple] = {}
-        self.engine_ready = Gauge("gateway_engine_ready", "1 when the engine answers health and lists models",
+        self.engine_ready = Gauge("gateway_engine_ready", "1 when an engine answers health and lists models",
                                   registry=r)
+        # --- the engine fleet (gateway.engines) ---
+        self.engine_requests = Counter(
+            "gateway_engine_requests", "Requests sent to each engine (every attempt, retries included)",
+            ["engine"], registry=r)
+        self.engine_errors = Counter(
+            "gateway_engine_errors",
+            "Failed exchanges with each engine, by kind (refused, reset, disconnected, http_503, stalled, "
+            "ended_early, timeout, ...)", ["engine", "kind"], registry=r)
+        self.engine_retries = Counter(
+            "gateway_engine_retries",
+            "Requests this engine failed before their client saw anything, retried on another engine",
+            ["engine"], registry=r)
+        self.engine_continuations = Counter(
+            "gateway_engine_continuations",
+            "Streams whose engine failed mid-stream, by the engine that continued them ('none': no engine "
+            "could) and outcome (continued, no_engine, refused, diverged, not_continuable)",
+            ["engine", "outcome"], registry=r)
+        self.routing_decisions = Counter(
+            "gateway_routing_decisions", "Engine choices, by routing policy and reason", ["policy", "reason"],
+            registry=r)
+        self.engine_up = Gauge("gateway_engine_up", "1 when the engine is ready and not ejected", ["engine"],
+                               registry=r)
+        self.engine_inflight = Gauge("gateway_engine_in_flight", "Requests this gateway has open on each engine",
+                                     ["engine"], registry=r)
+        self.engine_load = Gauge(
+            "gateway_engine_load_score",
+            "Each engine's routing score: running + 4 x waiting (its /metrics), plus this gateway's requests "
+            "since that scrape", ["engine"], registry=r)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one answered request; label children are cached (``labels()`` is not free)."""

@@ -2,9 +2,14 @@
 
 ``/health`` keeps the Stack 2.9 shape (``status``, ``model_loaded``, ...) and adds
 readiness details; it always answers 200 while the gateway lives. ``/readyz`` answers
-503 until the engine is ready, for load balancers. None of them ever waits on a
+503 until an engine is ready, for load balancers. None of them ever waits on a
 generation: they read the engine state, which is refreshed with a short timeout when
 older than a second.
+
+``engines`` lists every engine of the fleet: its address (credentials stripped), whether it
+is ready and whether it is ejected after a failure, its models, its load (from its
+``/metrics`` and this gateway's own open requests) and its last error as a short kind
+(``refused``, ``stalled``, ``http_503``, ...), never the error's text: ``/health`` is public.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.core import Core
 from gateway.engines.device import reported_device
+from gateway.engines.engine import Engine
 
 
 def health_router(core: Core) -> APIRouter:
@@ -36,6 +42,7 @@ def health_router(core: Core) -> APIRouter:
                 "max_model_len": engine.max_model_len,
                 "error": engine.last_error,
             },
+            "engines": [describe(member) for member in engine.engines],
         }
 
     @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape)")
@@ -56,3 +63,25 @@ def health_router(core: Core) -> APIRouter:
         return Response(core.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return router
+
+
+def describe(engine: Engine) -> dict:
+    """One engine as /health shows it (nothing secret, no engine error text)."""
+    load = engine.load
+    return {
+        "url": engine.id,
+        "ready": engine.ready,
+        "ejected": engine.ejected,
+        "models": list(engine.models),
+        "max_model_len": engine.max_model_len,
+        "load": {
+            "score": engine.score(),
+            "in_flight": engine.inflight,
+            "running": load.running if load is not None else None,
+            "waiting": load.waiting if load is not None else None,
+            "kv_cache_usage": load.kv_cache_usage if load is not None else None,
+            "prefix_cache_hits": load.prefix_cache_hits if load is not None else None,
+            "prefix_cache_queries": load.prefix_cache_queries if load is not None else None,
+        },
+        "last_error": engine.error_kind,
+    }

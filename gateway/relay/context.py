@@ -9,15 +9,17 @@ dialect, and what the client asked of the stream. The protocol builds both; the 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from starlette.responses import Response
 
-from gateway.engines.client import EngineClient, EngineStream
-from gateway.engines.routing import RouteHints
+from gateway.engines.client import EngineClient
+from gateway.engines.routing import NO_HINTS, RouteHints
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import ErrorShape
 from gateway.http.metrics import Metrics
+from gateway.relay.continuation import Continuation
 from gateway.relay.dialect import StreamDialect
 from gateway.relay.pump import CompletionHook
 
@@ -38,10 +40,18 @@ class RelayContext:
     keepalive_seconds: float
     error_shape: ErrorShape   # how errors before the stream starts are written
     live_streams: LiveStreamsLike | None = None  # plain streams register here, so a drain can end them
+    affinity_key: str | None = None  # the client's x-session-affinity header: wins over the body's keys
+
+    def route(self, route: RouteHints | None) -> RouteHints | None:
+        """``route`` with this request's affinity header applied."""
+        if self.affinity_key is None:
+            return route
+        return replace(route or NO_HINTS, affinity_key=self.affinity_key)
 
     def opener(self, call: StreamCall) -> Callable[[], Awaitable[EngineStream]]:
         """What opens ``call``'s engine stream (for ``relay.opening.open_watching``)."""
-        return lambda: self.engines.open_stream(call.path, call.body, request_id=self.request_id, route=call.route)
+        route = self.route(call.route)
+        return lambda: self.engines.open_stream(call.path, call.body, request_id=self.request_id, route=route)
 
 
 @dataclass(slots=True)
@@ -56,6 +66,8 @@ class StreamCall:
     on_complete: CompletionHook | None = None
     resume_from: str | None = None  # Last-Event-ID as sent, when the request resumes a session
     route: RouteHints | None = None  # where the engine layer should send it (a fleet reads it)
+    # How to produce the stream again elsewhere when its engine fails mid-stream (sessions only).
+    continuation: Continuation | None = None
 
 
 class StreamBackend(Protocol):

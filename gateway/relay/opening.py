@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway.engines.client import EngineStream
+from gateway.engines.stream import EngineStream
 from gateway.http.timing import EngineWait
 from gateway.relay.channel import ClientChannel
 

@@ -14,6 +14,7 @@ import asyncio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.engines.errors import ENDED_EARLY
 from gateway.http.errors import GatewayError, send_error
 from gateway.relay.channel import ClientChannel
 from gateway.relay.context import RelayContext, StreamCall
@@ -97,6 +98,8 @@ class PlainStreamResponse(Response):
         elif channel.gone:
             result.how = "client_disconnect"
         elif failure is not None or not tracker.ended:
+            if failure is None:
+                stream.broke(ENDED_EARLY, "the inference engine ended the stream early")
             message = failure.message if failure is not None else "the inference engine ended the stream early"
             result.how, result.error = "error", message
             ctx.metrics.upstream_errors.labels("stream_broken").inc()

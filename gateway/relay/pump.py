@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from gateway.engines.client import EngineStream
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import GatewayError
 from gateway.http.metrics import Metrics
 from gateway.relay.dialect import StreamResult, StreamTracker

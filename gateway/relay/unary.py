@@ -52,7 +52,7 @@ class RelayJSONResponse(Response):
         watcher = DisconnectWatcher(receive, task.cancel).start()
         try:
             status, body = await ctx.engines.request_bytes(self.method, self.path, self.body_out,
-                                                           request_id=ctx.request_id, route=self.route,
+                                                           request_id=ctx.request_id, route=ctx.route(self.route),
                                                            content_type=self.content_type)
         except asyncio.CancelledError:
             if watcher.disconnected and task.uncancel() == 0:

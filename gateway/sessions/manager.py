@@ -94,7 +94,8 @@ class SessionManager:
         self._shutdown_timer: asyncio.TimerHandle | None = None
         self._hooks = ProducerHooks(
             on_frames=self.persistence.writer.mark if self.persistence is not None else _ignore,
-            on_refused=self._refused, on_client_left=self._client_left, on_end=self._generation_ended)
+            on_refused=self._refused, on_client_left=self._client_left, on_end=self._generation_ended,
+            read_evicted=self._read_evicted)
 
     # --- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:

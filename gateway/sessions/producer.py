@@ -13,6 +13,16 @@ request's admission slot until the generation ends. The log always ends with an 
 ending: the engine's own end, a cancelled generation, or an error, in the stream's dialect.
 At the end it counts usage per API key (estimated for aborted streams) and runs the
 caller's completion hook.
+
+A stream that survives its engine: when the engine dies, stalls past the chunk timeout or
+stops without its terminal event, and the call has a continuation (a reproducible run,
+``relay.continuation``), the same loop goes on with a replay of the request on another engine
+(at most ``ENGINE_MAX_ATTEMPTS - 1`` switches), through a filter that drops what the log
+already holds: one log, contiguous indices, the same first client. Nothing of this costs
+anything per event until an engine fails (what was delivered is read back from the log
+then). When no engine can continue, the log ends with the error event and ``[DONE]``.
+Cancel and resume work across the switch: the new engine stream is the generation's stream
+(a cancel closes it), and followers read the same log.
 """
 
 from __future__ import annotations
@@ -20,14 +30,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.engines.errors import ENDED_EARLY
+from gateway.engines.routing import NO_HINTS
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import GatewayError, send_error
 from gateway.relay.channel import ClientChannel
 from gateway.relay.context import RelayContext, StreamCall
+from gateway.relay.continuation import ContinuationDiverged, ReplayTracker
 from gateway.relay.dialect import StreamResult, StreamTracker
 from gateway.relay.opening import open_watching
 from gateway.relay.pump import pump, settle
@@ -47,6 +61,8 @@ class ProducerHooks:
     on_refused: Callable[[Generation], Awaitable[None]]  # the engine refused: forget it before answering
     on_client_left: Callable[[Generation], None]        # this request's client is gone (or done)
     on_end: Callable[[Generation], None]                # the log is closed
+    # Events that left the log's ring, read back from the store (to continue a long stream elsewhere).
+    read_evicted: Callable[[Generation, int], Awaitable[list[bytes]]] | None = None
 
 
 class GenerationSink:
@@ -122,6 +138,22 @@ class GenerationResponse(Response):
                 sink.channel = channel
                 channel.on_leave(client_left)
                 failure = await pump(stream, tracker, sink)
+                switches = 0
+                while self._cut_short(stream, tracker, failure):
+                    if isinstance(failure, ContinuationDiverged):
+                        engine = stream.engine.id if stream.engine is not None else "none"
+                        ctx.metrics.engine_continuations.labels(engine, "diverged").inc()
+                        break
+                    if call.continuation is None:
+                        ctx.metrics.engine_continuations.labels("none", "not_continuable").inc()
+                        break
+                    if switches >= ctx.engines.max_attempts - 1:
+                        break
+                    switches += 1
+                    stream, replayed, failure = await self._continue(stream, tracker, failure)
+                    if replayed is None:
+                        break
+                    failure = await pump(stream, replayed, sink)
         except asyncio.CancelledError:
             if generation.stop_reason is None:  # not a stop we asked for (server shutdown): end the log, obey
                 await self._close(tracker, sink.channel, GatewayError(502, "the generation was interrupted",
@@ -139,6 +171,70 @@ class GenerationResponse(Response):
         if generation.live:
             await self._close(tracker, sink.channel, failure)
         client_left()
+
+    def _cut_short(self, stream: EngineStream, tracker: StreamTracker, failure: GatewayError | None) -> bool:
+        """Whether the engine failed the stream (not a stop the gateway asked for, not its end)."""
+        if tracker.ended or self.generation.stop_reason is not None:
+            return False
+        if failure is None:  # the engine stopped without its terminal event
+            stream.broke(ENDED_EARLY, "the inference engine ended the stream early")
+        return True
+
+    async def _continue(self, stream: EngineStream, tracker: StreamTracker, failure: GatewayError | None
+                        ) -> tuple[EngineStream, ReplayTracker | None, GatewayError]:
+        """The stream's replay on another engine and its tracker; or no tracker and the failure to end with."""
+        generation, call, ctx = self.generation, self.call, self.ctx
+        cause = failure.message if failure is not None else "the inference engine ended the stream early"
+        failed = stream.engine
+        stream.close()
+        generation.stream = None
+
+        def given_up(outcome: str, why: str, engine: str = "none") -> tuple[EngineStream, None, GatewayError]:
+            ctx.metrics.engine_continuations.labels(engine, outcome).inc()
+            log.warning("stream not continued", extra={"session_id": generation.session_id, "reason": why,
+                                                       "outcome": outcome})
+            return stream, None, GatewayError(502, f"{cause}; no other engine could continue the stream ({why})",
+                                              code="stream_interrupted")
+
+        try:
+            replay = call.continuation.replay(await self._delivered())
+        except Exception as exc:  # the log's head is gone (evicted, no store), or unreadable
+            return given_up("not_continuable", f"the events already sent cannot be read back: {exc}")
+        if replay is None:
+            return given_up("not_continuable", "the events already sent cannot be reproduced")
+        route = ctx.route(call.route) or NO_HINTS
+        if failed is not None:
+            route = replace(route, avoid=(*route.avoid, failed.id))
+        try:
+            new = await ctx.engines.open_stream(replay.path, replay.body, request_id=ctx.request_id, route=route)
+            refusal = await new.refusal()
+        except GatewayError as error:
+            return given_up("no_engine", error.message)
+        if refusal is not None:
+            return given_up("refused", refusal.message, new.engine.id if new.engine is not None else "none")
+        engine_id = new.engine.id if new.engine is not None else "none"
+        ctx.metrics.engine_continuations.labels(engine_id, "continued").inc()
+        log.warning("stream continued on another engine",
+                    extra={"session_id": generation.session_id, "engine": engine_id, "reason": cause,
+                           "events_sent": generation.log.next_index})
+        generation.stream = new
+        if generation.stop_reason is not None:  # stopped while the new engine was answering
+            new.close()
+        return new, ReplayTracker(tracker, replay.filter), failure
+
+    async def _delivered(self) -> list[bytes]:
+        """Every event in the generation's log so far (from the store for those that left the ring)."""
+        generation = self.generation
+        log_ = generation.log
+        earlier: list[bytes] = []
+        while len(earlier) < log_.base:
+            if self.hooks.read_evicted is None:
+                raise RuntimeError("events left the ring and there is no store")
+            batch = await self.hooks.read_evicted(generation, len(earlier))
+            if not batch:
+                raise RuntimeError(f"events from index {len(earlier)} are gone")
+            earlier.extend(batch)
+        return earlier[:log_.base] + log_.frames
 
     async def _refused(self, error: GatewayError, send: Send) -> None:
         """The engine refused or could not be reached: the client gets the HTTP error; nothing stays to resume."""

@@ -100,3 +100,31 @@ def test_gateway_image_runs_the_gateway(compose: dict) -> None:
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
     assert re.search(r'^CMD \["stack-gateway"\]', dockerfile, re.M)
     assert re.search(r"^FROM python:3\.11-slim", dockerfile, re.M)
+
+
+# --- the two-engine variant (profile "fleet", docs/fleet.md) --------------------------------------
+def documented_fleet_urls() -> list[str]:
+    """The VLLM_BASE_URLS the file's header tells operators to set for the fleet profile."""
+    header = (REPO_ROOT / "compose.yaml").read_text().split("\nname:", 1)[0]
+    found = re.search(r"VLLM_BASE_URLS=(\S+)", header)
+    assert found, "compose.yaml's header does not show the fleet's VLLM_BASE_URLS"
+    return found.group(1).split(",")
+
+
+def test_the_fleet_profile_adds_a_second_identical_engine_on_its_own_gpu(compose: dict) -> None:
+    first, second = compose["services"]["vllm"], compose["services"]["vllm-2"]
+    assert second["profiles"] == ["fleet"] and "profiles" not in first
+    assert second["command"] == first["command"] and second["image"] == first["image"]
+    assert second["healthcheck"] == first["healthcheck"]
+    assert interpolated_names(engine_flag(second["command"], "--api-key")) == {"VLLM_API_KEY"}
+    devices = second["deploy"]["resources"]["reservations"]["devices"]
+    assert [device.get("device_ids") for device in devices] == [["${VLLM_2_GPU:-1}"]]
+
+
+def test_the_gateway_routes_over_both_engines_with_the_fleet_profile(compose: dict) -> None:
+    gateway = compose["services"]["gateway"]
+    assert interpolated_names(environment(gateway)["VLLM_BASE_URLS"]) == {"VLLM_BASE_URLS"}
+    assert gateway["depends_on"]["vllm-2"] == {"condition": "service_healthy", "required": False}
+    port = int(engine_flag(compose["services"]["vllm"]["command"], "--port"))
+    assert [(urlsplit(url).hostname, urlsplit(url).port) for url in documented_fleet_urls()] == [
+        ("vllm", port), ("vllm-2", port)]

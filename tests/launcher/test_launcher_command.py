@@ -91,3 +91,33 @@ def test_bad_settings_are_refused_in_one_line(env: dict[str, str], reason: str) 
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
     assert line.startswith("launch_vllm.sh: error: ") and reason in line
+
+
+def commands(**env: str) -> list[list[str]]:
+    """--print-command of a fleet: one engine command per line."""
+    base = {key: value for key, value in os.environ.items() if key not in LAUNCHER_SETTINGS + ("ENGINE_COUNT",)}
+    done = subprocess.run(["bash", str(LAUNCHER), "--print-command"], env=base | env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def test_engine_count_starts_that_many_engines_on_consecutive_ports() -> None:
+    argvs = commands(ENGINE_DEVICE="cpu", ENGINE_COUNT="3", VLLM_PORT="9300", VLLM_CPU_OMP_THREADS_BIND="0|1")
+    assert [flag(argv, "--port") for argv in argvs] == ["9300", "9301", "9302"]
+    assert [next(arg for arg in argv if arg.startswith("VLLM_CPU_OMP_THREADS_BIND=")) for argv in argvs] == [
+        "VLLM_CPU_OMP_THREADS_BIND=0", "VLLM_CPU_OMP_THREADS_BIND=1", "VLLM_CPU_OMP_THREADS_BIND=0"]
+    assert len({tuple(a for a in argv if not a.startswith("VLLM_CPU_OMP")) for argv in argvs}) == 3  # only ports differ
+    assert all(flag(argv, "--served-model-name") == "qwen3-embedded" for argv in argvs)
+
+
+@pytest.mark.parametrize(("count", "port", "reason"), [
+    ("0", "8001", "ENGINE_COUNT must be a whole number of engines (1 or more), got '0'"),
+    ("two", "8001", "ENGINE_COUNT must be a whole number of engines (1 or more), got 'two'"),
+    ("3", "65534", "ENGINE_COUNT=3 engines from VLLM_PORT=65534 need ports beyond 65535"),
+])
+def test_a_wrong_engine_count_is_refused_by_name(count: str, port: str, reason: str) -> None:
+    base = {key: value for key, value in os.environ.items() if key not in LAUNCHER_SETTINGS}
+    done = subprocess.run(["bash", str(LAUNCHER), "--print-command"], capture_output=True, text=True, timeout=30,
+                          env=base | {"ENGINE_DEVICE": "cpu", "ENGINE_COUNT": count, "VLLM_PORT": port})
+    assert done.returncode == 1 and done.stderr.strip() == f"launch_vllm.sh: error: {reason}"

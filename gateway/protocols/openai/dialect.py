@@ -40,12 +40,24 @@ class OpenAITracker:
         self._parts: list[str] = []
 
     def accept(self, block: bytes) -> bytes:
+        if self._collect_text:
+            kept = self.accept_events(split_events(block))
+            return SEPARATOR.join(kept) + SEPARATOR if kept else b""
         # Most reads carry content chunks only: nothing to read in them, nothing to change.
-        if not self._collect_text and b'"usage":{' not in block and b"data: [DONE]" not in block:
+        # Only the events from the first usage or [DONE] mark on are read one by one (a read
+        # that coalesced a whole stream would otherwise cost a Python step per event). JSON
+        # escapes the quotes of a string, so '"usage":{' only marks a real usage field; a
+        # "data: [DONE]" inside a content string costs a few more events read, nothing else.
+        marks = [at for at in (block.find(b'"usage":{'), block.find(DONE)) if at >= 0]
+        if not marks:
             self._result.content_events += block.count(SEPARATOR)
             return block
-        kept = self.accept_events(split_events(block))
-        return SEPARATOR.join(kept) + SEPARATOR if kept else b""
+        previous_end = block.rfind(SEPARATOR, 0, min(marks))
+        cut = previous_end + len(SEPARATOR) if previous_end >= 0 else 0
+        head = block[:cut]
+        self._result.content_events += head.count(SEPARATOR)
+        kept = self.accept_events(split_events(block[cut:]))
+        return head + SEPARATOR.join(kept) + SEPARATOR if kept else head
 
     def accept_events(self, events: list[bytes]) -> list[bytes]:
         """The per-event reading: usage, [DONE], and (when collected) the text of choice 0."""

@@ -4,6 +4,12 @@ The body is parsed once (orjson) to learn ``model``, ``stream``, ``stream_option
 gateway's own ``session_id``. It is re-serialised only when the gateway must change
 something: an alias to resolve, usage to request for a stream, the ``session_id`` to take
 out. Every other field, known to the gateway or not, reaches vLLM as the client wrote it.
+
+The same reading fills the routing hints (``engines.routing``): the engine-side model, the
+affinity key (the ``session_id``, else the OpenAI ``user``; an ``x-session-affinity`` header
+wins over both, see ``core``), and, only when the routing policy reads it, the prompt's
+prefix. A streamed chat in a resumable session whose run is reproducible also gets its
+continuation (``openai.continuation``): how to produce it again if its engine fails.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from gateway.engines.routing import RouteHints, openai_hints
 from gateway.engines.state import EngineState
 from gateway.http.errors import GatewayError
+from gateway.protocols.openai.continuation import ChatReplay, continuation_for
 from gateway.sessions.ids import validate_session_id
 
 CHAT_PATH = "/v1/chat/completions"
@@ -29,6 +37,8 @@ class PreparedRequest:
     stream: bool = False
     client_wants_usage: bool = False
     session_id: str | None = None  # the client's, if it named one (chat streams only)
+    route: RouteHints | None = None  # where the engine layer should send it
+    continuation: ChatReplay | None = None  # how to continue the stream on another engine
 
     @property
     def choices(self) -> int:
@@ -92,5 +102,12 @@ def prepare(raw: bytes | None, payload: dict, *, path: str, engine: EngineState,
         raise GatewayError(400, "'stream_options' is only allowed when 'stream' is true", param="stream_options")
 
     body = orjson.dumps(payload) if changed else raw
+    model = payload.get("model")
+    route = openai_hints(payload, model=model if isinstance(model, str) else engine.default_model,
+                         affinity_key=session_id, with_prefix=engine.wants_prefix)
+    continuation = None
+    if stream and resumable and path == CHAT_PATH and engine.continues_streams:
+        continuation = continuation_for(payload, path=path, body=body)
     return PreparedRequest(path=path, body=body, payload=payload, stream=stream,
-                           client_wants_usage=client_wants_usage, session_id=session_id)
+                           client_wants_usage=client_wants_usage, session_id=session_id, route=route,
+                           continuation=continuation)

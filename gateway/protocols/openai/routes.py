@@ -72,7 +72,7 @@ class OpenAIRelay:
             await engine_state.refresh()
         prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
         if not prepared.stream:
-            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx)
+            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx, route=prepared.route)
         elif path == CHAT_PATH:
             response = await core.streams.stream(self.stream_call(prepared), ctx)
         else:
@@ -84,7 +84,7 @@ class OpenAIRelay:
                           relay_usage=prepared.client_wants_usage, session_id=prepared.session_id,
                           choices=prepared.choices,
                           model=prepared.payload.get("model") or self.core.engine_state.default_model,
-                          on_complete=on_complete)
+                          on_complete=on_complete, route=prepared.route, continuation=prepared.continuation)
 
     async def stream_chat_completion(self, scope: Scope, payload: dict, *, session_id: str | None = None,
                                      on_complete: CompletionHook | None = None) -> Response:

@@ -27,7 +27,7 @@ import orjson
 from starlette.types import Scope
 
 from gateway.core import Core
-from gateway.engines.client import EngineStream
+from gateway.engines.stream import EngineStream
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.timing import EngineWait
 from gateway.protocols.responses.dialect import TERMINAL_TYPES, ResponsesDialect, ResponsesRun, lifecycle_response
@@ -94,7 +94,7 @@ class BackgroundRuns:
         try:
             with EngineWait(scope):
                 stream = await core.engines.open_stream(RESPONSES_PATH, request.engine_body,
-                                                        request_id=ctx.request_id, route=request.route)
+                                                        request_id=ctx.request_id, route=ctx.route(request.route))
             if stream.status >= 400:
                 raise await stream.refusal()
             record = request.record(owner, self.retention, status="queued", body=orjson.dumps(request.queued_object()))

@@ -26,3 +26,24 @@ def test_a_block_of_content_chunks_is_relayed_as_it_is_and_counted():
     content = block(CONTENT, CONTENT, CONTENT)
     assert tracker.accept(content) is content  # the common case: no copy, no split
     assert not tracker.ended and tracker.result().estimated_usage() == {"prompt_tokens": 0, "completion_tokens": 3}
+
+
+def test_a_whole_stream_in_one_read_keeps_its_content_drops_the_usage_chunk_and_ends():
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    whole = block(*[CONTENT] * 50, USAGE_ONLY, b"data: [DONE]")
+    assert tracker.accept(whole) == block(*[CONTENT] * 50, b"data: [DONE]")
+    assert tracker.ended and tracker.result().usage == {"prompt_tokens": 1}
+    assert tracker.result().content_events == 50
+
+
+def test_a_done_line_inside_a_content_string_neither_ends_the_stream_nor_changes_it():
+    quoting = b'data: {"choices":[{"index":0,"delta":{"content":"data: [DONE]"}}]}'
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    assert tracker.accept(block(CONTENT, quoting, CONTENT)) == block(CONTENT, quoting, CONTENT)
+    assert not tracker.ended and tracker.result().content_events == 3
+
+
+def test_nothing_after_done_is_relayed():
+    tracker = OpenAITracker(relay_usage=True, collect_text=False)
+    assert tracker.accept(block(CONTENT, b"data: [DONE]", CONTENT)) == block(CONTENT, b"data: [DONE]")
+    assert tracker.ended

@@ -1,0 +1,69 @@
+"""A stream that survives its engine, the streaming core's part: produce it again elsewhere, skip what was sent.
+
+When an engine dies or stalls in the middle of a resumable stream, the session producer
+(``sessions.producer``) asks the stream's :class:`Continuation` (supplied by its protocol,
+which knows what its events mean) for a :class:`Replay`: an engine request that produces the
+same stream again, and a filter for that request's events that drops what clients already
+have (every event in the session's log) and restyles the rest as the original stream's own.
+The filtered events go through the same loop (``relay.pump``) into the same log, so clients
+see one stream: same session, contiguous indices, no repeated or missing text.
+
+A continuation is exact only when the engine reproduces the run: the protocol offers one only
+for requests whose sampling is deterministic (greedy, or seeded) and checks, while skipping,
+that the new engine produces exactly what clients already have; when it does not
+(:class:`ContinuationDiverged`) the stream ends with an explicit error rather than a spliced text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.http.errors import GatewayError
+from gateway.relay.dialect import StreamResult, StreamTracker
+
+
+class ContinuationDiverged(GatewayError):
+    def __init__(self, message: str) -> None:
+        super().__init__(502, f"the stream could not be continued exactly on another engine: {message}",
+                         code="continuation_diverged")
+
+
+class ReplayFilter(Protocol):
+    def __call__(self, block: bytes) -> bytes:
+        """The events of ``block`` (the new engine's, whole events) clients do not have yet, as the
+        stream's own (b"" for none). Raises ``ContinuationDiverged``."""
+
+
+@dataclass(slots=True)
+class Replay:
+    path: str            # the engine route that produces the stream again
+    body: bytes
+    filter: ReplayFilter
+
+
+class Continuation(Protocol):
+    def replay(self, delivered: list[bytes]) -> Replay | None:
+        """How to continue, given every event delivered so far (framed, with ids, in order);
+        None when this stream cannot be continued exactly."""
+
+
+class ReplayTracker:
+    """The stream's tracker, fed only what the replay filter keeps (usage, ending, text stay right)."""
+
+    __slots__ = ("tracker", "filter")
+
+    def __init__(self, tracker: StreamTracker, filter: ReplayFilter) -> None:
+        self.tracker = tracker
+        self.filter = filter
+
+    @property
+    def ended(self) -> bool:
+        return self.tracker.ended
+
+    def accept(self, block: bytes) -> bytes:
+        kept = self.filter(block)
+        return self.tracker.accept(kept) if kept else b""
+
+    def result(self) -> StreamResult:
+        return self.tracker.result()

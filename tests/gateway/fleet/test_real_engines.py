@@ -1,0 +1,180 @@
+"""The fleet in front of two real vLLM CPU engines (launch_vllm.sh, embedded model).
+
+Load spreads over both; a conversation's turns stay on one engine, whose prefix cache hits
+grow; SIGKILL one engine under load: no non-streamed request fails, and a greedy stream cut
+by the kill continues on the other engine with exactly the content of an uninterrupted run;
+the killed engine, restarted, is readmitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.config import Settings
+from tests.gateway.fleet.conftest import serving
+from tests.support.fleet import FleetHandle
+from tests.support.servers import serve_uvicorn
+from tests.support.sse_client import Event, content_of, fresh_client
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
+CHAT = "/v1/chat/completions"
+MODEL = "qwen3-embedded"
+# Longer than one KV block (128 tokens on the CPU engine): only whole blocks are cached.
+SYSTEM = "You are a careful assistant who answers questions about lighthouses. " * 40
+DEADLINE = 120.0
+
+
+def fleet_settings(fleet: FleetHandle, **values) -> Settings:
+    return Settings(**{"vllm_base_urls": fleet.base_urls, "access_log": False, "session_store": "memory",
+                       "engine_poll_interval": 1, **values})
+
+
+async def engine_counts(fleet: FleetHandle, name: str) -> list[float]:
+    return [(await engine.ametrics()).get(name, 0.0) for engine in fleet.engines]
+
+
+def delta(after: list[float], before: list[float]) -> list[float]:
+    return [a - b for a, b in zip(after, before, strict=True)]
+
+
+async def test_concurrent_requests_spread_over_both_engines(vllm_fleet):
+    for engine in vllm_fleet.engines:
+        await engine.wait_until_idle()
+    before = await engine_counts(vllm_fleet, "vllm:request_success_total")
+    async with serving(fleet_settings(vllm_fleet)) as client:
+        bodies = [{"model": MODEL, "messages": [{"role": "user", "content": f"Question number {i}?"}],
+                   "max_tokens": 64, "temperature": 0, "ignore_eos": True} for i in range(16)]
+        answers = await asyncio.gather(*(client.post(CHAT, json=body) for body in bodies))
+    assert [answer.status_code for answer in answers] == [200] * 16
+    served = delta(await engine_counts(vllm_fleet, "vllm:request_success_total"), before)
+    # All 16 are open at once; the load bound lets no engine take more than ceil(1.25 x 17 / 2) = 11.
+    assert sum(served) == 16 and min(served) >= 5, served
+
+
+async def test_a_conversations_turns_land_on_one_engine_and_its_prefix_cache_hits_grow(vllm_fleet):
+    for engine in vllm_fleet.engines:
+        await engine.wait_until_idle()
+    requests_before = await engine_counts(vllm_fleet, "vllm:request_success_total")
+    hits_before = await engine_counts(vllm_fleet, "vllm:prefix_cache_hits_total")
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Why are lighthouses tall?"}]
+    async with serving(fleet_settings(vllm_fleet)) as client:
+        for turn in range(4):
+            answer = await client.post(CHAT, json={"model": MODEL, "messages": messages, "max_tokens": 24,
+                                                   "temperature": 0})
+            assert answer.status_code == 200
+            messages += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"And then ({turn})?"}]
+    served = delta(await engine_counts(vllm_fleet, "vllm:request_success_total"), requests_before)
+    hits = delta(await engine_counts(vllm_fleet, "vllm:prefix_cache_hits_total"), hits_before)
+    home = served.index(4)
+    assert sorted(served) == [0, 4]
+    # Turns 2-4 each find at least the system prompt's whole blocks (~560 tokens: 4 blocks) cached.
+    assert hits[home] >= 3 * 4 * 128 and hits[1 - home] == 0, hits
+
+
+async def read_events(response: httpx.Response, events: list[Event]) -> None:
+    event_id, data = None, []
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                events.append(Event(event_id, "\n".join(data)))
+            event_id, data = None, []
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+
+
+async def until(condition, what: str) -> None:
+    """Wait for ``condition()`` (a bool, or an awaitable of one) to hold; fail after DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_sigkill_one_engine_under_load(vllm_fleet):
+    """No non-streamed request fails; the cut stream continues exactly; the restarted engine is readmitted."""
+    for engine in vllm_fleet.engines:
+        await engine.wait_until_idle()
+    story = {"model": MODEL, "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}],
+             "max_tokens": 1200, "temperature": 0, "ignore_eos": True, "stream": True}
+    app = create_app(fleet_settings(vllm_fleet))
+    async with serve_uvicorn(app) as base_url, fresh_client(base_url, timeout=DEADLINE) as client:
+        reference = await client.post(CHAT, json=story)  # the uninterrupted run (the same engine: same prefix)
+        events_reference: list[Event] = []
+        await read_events(reference, events_reference)
+        uninterrupted = content_of(events_reference)
+        assert len(uninterrupted) > 1000
+
+        # The same stream again, cut by the kill.
+        events: list[Event] = []
+        async with client.stream("POST", CHAT, json={**story, "session_id": "cut-by-the-kill"}) as stream:
+            reading = asyncio.create_task(read_events(stream, events))
+            await until(lambda: len(events) > 40, "the stream's first events")
+            running = await engine_counts(vllm_fleet, "vllm:num_requests_running")
+            victim = running.index(max(running))
+            assert running[1 - victim] == 0
+
+            outcomes: list[int | str] = []
+            stop = asyncio.Event()
+
+            async def load(worker: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    body = {"model": MODEL, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                            "messages": [{"role": "user", "content": f"Load {worker}-{i}: name a colour."}]}
+                    try:
+                        outcomes.append((await client.post(CHAT, json=body)).status_code)
+                    except httpx.HTTPError as exc:
+                        outcomes.append(repr(exc))
+                    i += 1
+
+            workers = [asyncio.create_task(load(worker)) for worker in range(6)]
+            await until(lambda: _both_busy(client), "load on both engines")
+            vllm_fleet.kill(victim)
+            killed_at = len(outcomes)
+            await reading
+            await until(lambda: len(outcomes) >= killed_at + 24, "requests after the kill")
+            stop.set()
+            await asyncio.gather(*workers)
+
+        assert [o for o in outcomes if o != 200] == [] and len(outcomes) >= 24
+        assert [event.index for event in events] == list(range(len(events)))
+        assert sum(event.done for event in events) == 1 and events[-1].done
+        assert content_of(events) == uninterrupted
+        metrics = (await client.get("/metrics")).text
+        survivor = vllm_fleet.engines[1 - victim].base_url
+        assert f'gateway_engine_continuations_total{{engine="{survivor}",outcome="continued"}} 1.0' in metrics
+
+        # Restarted on its port, the engine is readmitted and gets requests again.
+        restarted = await asyncio.to_thread(vllm_fleet.restart, victim)
+        await until(lambda: _ready(client, restarted.base_url), "the restarted engine to be readmitted")
+        served_before = (await restarted.ametrics()).get("vllm:request_success_total", 0.0)
+        bodies = [{"model": MODEL, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                   "messages": [{"role": "user", "content": f"After the restart {i}."}]} for i in range(10)]
+        answers = await asyncio.gather(*(client.post(CHAT, json=body) for body in bodies))
+        assert [answer.status_code for answer in answers] == [200] * 10
+        served = (await restarted.ametrics()).get("vllm:request_success_total", 0.0) - served_before
+        assert served >= 3  # 10 at once: the load bound sends at least 10 - ceil(1.25 x 11 / 2) = 3 there
+
+
+async def _both_busy(client: httpx.AsyncClient) -> bool:
+    engines = (await client.get("/health")).json()["engines"]
+    return all(engine["load"]["in_flight"] > 0 for engine in engines)
+
+
+async def _ready(client: httpx.AsyncClient, url: str) -> bool:
+    engines = (await client.get("/health")).json()["engines"]
+    return any(engine["url"] == url and engine["ready"] and not engine["ejected"] for engine in engines)

@@ -1,0 +1,66 @@
+"""What the fleet shows: /health lists every engine (no secrets, no error text), /metrics counts per engine."""
+
+from __future__ import annotations
+
+from tests.gateway.fleet.conftest import serving
+from tests.gateway.fleet.fakes import fake_fleet, fleet_settings
+
+CHAT = "/v1/chat/completions"
+
+
+def chat(i: int, **extra) -> dict:
+    return {"model": "fake-model", "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 2, **extra}
+
+
+async def test_health_lists_every_engine_with_its_state_and_load_and_nothing_secret():
+    async with fake_fleet(2) as (busy, down):
+        busy.running, busy.waiting = 3, 1
+        settings = fleet_settings([busy, down], vllm_base_urls=f"{busy.base_url}|sk-engine-secret,{down.base_url}")
+        async with serving(settings) as client:
+            await down.stop()
+            state = client.app.state.gateway.engine_state
+            await state.refresh()
+            await state.scrape_all()
+            body = (await client.get("/health")).json()
+    # The Stack 2.9 fields stay as they were.
+    assert body["status"] == "healthy" and body["model_loaded"] is True and body["model_path"] == "fake-model"
+    first, second = body["engines"]
+    assert first == {
+        "url": busy.base_url, "ready": True, "ejected": False, "models": ["fake-model"], "max_model_len": 2048,
+        "load": {"score": 7.0, "in_flight": 0, "running": 3.0, "waiting": 1.0, "kv_cache_usage": 0.0,
+                 "prefix_cache_hits": 0.0, "prefix_cache_queries": 0.0},
+        "last_error": None,
+    }
+    assert second["url"] == down.base_url and second["ready"] is False and second["last_error"] == "refused"
+    text = str(body["engines"])
+    assert "sk-engine-secret" not in str(body) and "Connection refused" not in text and "onnect" not in text
+
+
+async def test_metrics_count_requests_errors_retries_continuations_and_decisions_per_engine():
+    async with fake_fleet(2) as (flaky, steady):
+        settings = fleet_settings([flaky, steady], routing_policy="round_robin", session_store="memory")
+        async with serving(settings) as client:
+            flaky.mode = "http_503"
+            # Round robin: flaky (503, ejected) then steady; steady (the only one left).
+            for i in range(2):
+                assert (await client.post(CHAT, json=chat(i))).status_code == 200
+            flaky.mode, flaky.die_after = "ok", 1
+            flaky_engine = client.app.state.gateway.engine_state.fleet.get(flaky.base_url)
+            flaky_engine.ejected_until = 0  # as after its ejection ran out
+            assert (await client.post(CHAT, json=chat(3))).status_code == 200  # steady's turn
+            # flaky's turn: it dies after one token; the stream continues on steady.
+            stream = await client.post(CHAT, json=chat(9, stream=True, temperature=0, max_tokens=4))
+            assert stream.text.rstrip().endswith("data: [DONE]")
+            text = (await client.get("/metrics")).text
+    lines = set(text.splitlines())
+    assert f'gateway_engine_requests_total{{engine="{flaky.base_url}"}} 2.0' in lines
+    assert f'gateway_engine_requests_total{{engine="{steady.base_url}"}} 4.0' in lines
+    assert f'gateway_engine_errors_total{{engine="{flaky.base_url}",kind="http_503"}} 1.0' in lines
+    assert f'gateway_engine_retries_total{{engine="{flaky.base_url}"}} 1.0' in lines
+    assert f'gateway_engine_continuations_total{{engine="{steady.base_url}",outcome="continued"}} 1.0' in lines
+    assert 'gateway_routing_decisions_total{policy="round_robin",reason="round_robin"} 6.0' in lines
+    died = [line for line in lines if line.startswith(f'gateway_engine_errors_total{{engine="{flaky.base_url}"')
+            and "http_503" not in line]
+    assert died == [f'gateway_engine_errors_total{{engine="{flaky.base_url}",kind="bad_response"}} 1.0']
+    assert f'gateway_engine_up{{engine="{steady.base_url}"}} 1.0' in lines
+    assert f'gateway_engine_up{{engine="{flaky.base_url}"}} 0.0' in lines  # ejected again: it died mid-stream

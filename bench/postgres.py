@@ -49,8 +49,8 @@ class PostgresCluster:
 
 
 @contextlib.asynccontextmanager
-async def throwaway_postgres() -> AsyncIterator[PostgresCluster]:
-    """Start a fresh cluster; stop and delete it afterwards."""
+async def throwaway_postgres(settings: dict[str, str] | None = None) -> AsyncIterator[PostgresCluster]:
+    """Start a fresh cluster (``settings``: server options such as shared_buffers); stop and delete it afterwards."""
     if not (PG_BIN / "initdb").exists():
         raise PostgresUnavailable(f"no initdb under {PG_BIN} (set PG_BIN)")
     root = Path(tempfile.mkdtemp(prefix="bench-pg-"))
@@ -64,6 +64,7 @@ async def throwaway_postgres() -> AsyncIterator[PostgresCluster]:
         await _run(*_as_postgres(str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust",
                                  "-U", "postgres", "--no-sync"), output=root / "initdb.out")
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        options += "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
         await _run(*_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options,
                                  "-l", str(root / "server.log"), "-w", "-t", "30", "start"),
                    output=root / "start.out")

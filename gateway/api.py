@@ -70,6 +70,11 @@ class Gateway:
         """The engine-side model name the gateway sends for its aliases."""
         return self._core.engine_state.default_model
 
+    @property
+    def engine_ready(self) -> bool:
+        """Whether the engine serves a model, as the gateway last saw it (polled every ``ENGINE_POLL_INTERVAL``)."""
+        return self._core.engine_state.ready
+
     async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
         """POST ``payload`` to the engine's ``path``; its JSON answer, or an ``EngineError``."""
         return await self._core.engines.post_json(path, payload, request_id=request_id)

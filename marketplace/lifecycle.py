@@ -1,9 +1,10 @@
-"""The marketplace feature's lifecycle: database engine, migrations, demo data, gazetteer.
+"""The marketplace feature's lifecycle: database engine, migrations, demo data, gazetteer, cursor key.
 
 ``start()`` runs the migrations, opens the database engine, seeds the demo catalogue on a
-first start when ``SEED_DEMO_DATA`` is true (only into an empty catalogue) and loads the
-offline gazetteer; ``stop()`` closes the engine's connections. The gateway keeps the
-feature on ``app.state.marketplace``; the routes reach it through ``MarketplaceDep``.
+first start when ``SEED_DEMO_DATA`` is true (only into an empty catalogue), loads the
+offline gazetteer and the search cursors' signing key (``marketplace.cursor``); ``stop()``
+closes the engine's connections. The gateway keeps the feature on ``app.state.marketplace``;
+the routes reach it through ``MarketplaceDep``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api import Gateway
+from marketplace.cursor import CursorSigner, load_signer
 from marketplace.db import create_engine, create_sessionmaker, migrate
 from marketplace.gazetteer import Gazetteer
 from marketplace.settings import MarketplaceSettings
@@ -35,6 +37,7 @@ class Marketplace:
         self.engine: AsyncEngine | None = None
         self.db_sessions: async_sessionmaker[AsyncSession] | None = None
         self.gazetteer: Gazetteer | None = None
+        self.cursors: CursorSigner | None = None
 
     async def start(self) -> None:
         await migrate(self.database_url)
@@ -48,6 +51,7 @@ class Marketplace:
                 if created:
                     log.info("seeded the demo catalogue", extra={"suppliers": created[0], "products": created[1]})
             self.gazetteer = await asyncio.to_thread(Gazetteer.load)
+            self.cursors = await load_signer(db_sessions)
         except BaseException:
             await engine.dispose()
             raise

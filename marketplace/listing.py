@@ -1,4 +1,7 @@
-"""Search results as API answers: keyword search, AI search and multi-supplier comparison."""
+"""Search results as API answers: keyword search, multi-supplier comparison, and the shared pieces.
+
+AI search (``marketplace.ai_search``) and chat build on ``criteria_from_parsed`` and ``search_out``.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,13 @@ from typing import Literal
 from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace import geo
+from marketplace import geo, paging, taxonomy
+from marketplace.criteria import SearchCriteria, normalise_terms
+from marketplace.cursor import CursorSigner
 from marketplace.errors import invalid_field
 from marketplace.models import Product, Supplier
-from marketplace.query import parse_query
+from marketplace.nearest import nearby_suppliers
 from marketplace.schemas import (
-    AISearchOut,
-    AISearchRequest,
     CompareOut,
     Delivery,
     Location,
@@ -24,16 +27,8 @@ from marketplace.schemas import (
     SupplierSummary,
     has_nul,
 )
-from marketplace.search import (
-    Hit,
-    SearchCriteria,
-    SearchPage,
-    hits_for,
-    like_pattern,
-    nearby_suppliers,
-    normalise_terms,
-    search_products,
-)
+from marketplace.search import Hit, SearchPage, hits_for
+from marketplace.textmatch import like_pattern
 
 # A place named in a natural-language query means "around there".
 NEARBY_RADIUS_KM = 50.0
@@ -92,6 +87,12 @@ def search_criteria_from_query(
 ) -> SearchCriteria:
     """The criteria of GET /api/products/search (its words are searched as they are)."""
     refuse_nul(q=q, category=category)
+    category_path = None
+    if category is not None and category.strip():
+        try:
+            category_path = taxonomy.resolve(category)
+        except taxonomy.UnknownCategory as exc:
+            raise invalid_field("query", "category", str(exc)) from exc
     point = location_param(location)
     if radius_km is not None and point is None:
         raise invalid_field("query", "radius_km", "radius_km needs a location (lat,lng)")
@@ -101,7 +102,7 @@ def search_criteria_from_query(
         terms=normalise_terms(q.split()),
         min_price=min_price,
         max_price=max_price,
-        category=(category or "").strip().lower() or None,
+        category=category_path,
         location=point,
         radius_km=radius_km,
         in_stock=in_stock,
@@ -120,8 +121,9 @@ def criteria_from_parsed(
         min_price=parsed.min_price,
         max_price=parsed.max_price,
         category=parsed.category,
+        category_includes_parent=parsed.category is not None,
         location=location,
-        radius_km=(radius_km or NEARBY_RADIUS_KM) if location is not None else None,
+        radius_km=(radius_km or parsed.radius_km or NEARBY_RADIUS_KM) if location is not None else None,
         in_stock=in_stock,
         limit=limit,
         offset=offset,
@@ -129,14 +131,16 @@ def criteria_from_parsed(
     )
 
 
-def search_out(page: SearchPage) -> dict:
+def search_out(page: SearchPage, *, next_cursor: str | None) -> dict:
     criteria = page.criteria
     location = criteria.location
     return dict(
         results=[hit_out(hit) for hit in page.hits],
         total=page.total,
+        total_exact=page.total_exact,
         limit=criteria.limit,
-        offset=criteria.offset,
+        offset=page.offset,
+        next_cursor=next_cursor,
         location=None if location is None else Location(lat=location.lat, lng=location.lng),
         radius_km=criteria.radius_km,
         terms=list(criteria.terms),
@@ -145,25 +149,14 @@ def search_out(page: SearchPage) -> dict:
     )
 
 
-async def run_search(*, session: AsyncSession, criteria: SearchCriteria, fallback: bool) -> SearchOut:
+async def run_search(*, session: AsyncSession, signer: CursorSigner, criteria: SearchCriteria, fallback: bool,
+                     cursor: str | None) -> SearchOut:
     """GET /api/products/search."""
-    page = await search_products(session=session, criteria=criteria, fallback=fallback)
-    return SearchOut(**search_out(page))
-
-
-async def run_ai_search(*, session: AsyncSession, gazetteer, body: AISearchRequest) -> AISearchOut:
-    """POST /api/products/ai-search: parse, then the same search; a place in the query wins over ``location``."""
-    parsed = parse_query(body.query, gazetteer=gazetteer)
-    if parsed.place is not None:
-        location = parsed.place.point
-    else:
-        location = body.location.point() if body.location else None
-    criteria = criteria_from_parsed(
-        parsed, location=location, radius_km=body.radius_km, in_stock=body.in_stock,
-        limit=body.limit, offset=body.offset,
-    )
-    page = await search_products(session=session, criteria=criteria)
-    return AISearchOut(query=body.query, parsed=parsed.as_dict(), **search_out(page))
+    request = {"route": "search", "criteria": criteria.as_dict(), "fallback": fallback}
+    page, _ = await paging.search_page(session=session, signer=signer, criteria=criteria, fallback=fallback,
+                                       token=cursor, request=request, where="query")
+    following = paging.next_cursor(signer=signer, page=page, request=request)
+    return SearchOut(**search_out(page, next_cursor=following))
 
 
 async def compare_offers(

@@ -29,6 +29,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from gateway.api import SESSION_ID_MAX  # the gateway's rule: a conversation's session id names its stream
+from marketplace import sphere
 
 # Field bounds, shared with the request schemas and the prompt builder.
 NAME_MAX = 200
@@ -74,6 +75,16 @@ class Base(DeclarativeBase):
     pass
 
 
+def _unit_vector_component(index: int):
+    """A column default: one component of the unit vector of the row's (lat, lng) (``marketplace.sphere``)."""
+
+    def default(context) -> float:
+        row = context.get_current_parameters()
+        return sphere.unit_vector(row["lat"], row["lng"])[index]
+
+    return default
+
+
 class Supplier(Base):
     __tablename__ = "suppliers"
 
@@ -86,6 +97,13 @@ class Supplier(Base):
     contact: Mapped[str] = mapped_column(String(CONTACT_MAX), default="")
     registration_date: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The position as a unit vector: the search's cheap certain distance bounds. Filled from
+    # lat/lng on insert; code that moves a supplier must set them too (sphere.unit_vector).
+    # NULL (a row written around the application) only makes the search compute the exact
+    # distance for that supplier.
+    ux: Mapped[float | None] = mapped_column(Float, nullable=True, default=_unit_vector_component(0))
+    uy: Mapped[float | None] = mapped_column(Float, nullable=True, default=_unit_vector_component(1))
+    uz: Mapped[float | None] = mapped_column(Float, nullable=True, default=_unit_vector_component(2))
 
     products: Mapped[list[Product]] = relationship(back_populates="supplier")
 
@@ -163,6 +181,15 @@ class Message(Base):
     details: Mapped[dict | None] = mapped_column(JsonType, nullable=True)
 
     conversation: Mapped[Conversation] = relationship(back_populates="messages")
+
+
+class Secret(Base):
+    """Keys the marketplace keeps in its own database, so every worker and replica shares them."""
+
+    __tablename__ = "marketplace_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
 
 
 def tags_text_for(tags: list[str]) -> str:

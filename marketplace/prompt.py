@@ -7,8 +7,10 @@ strings into control tokens wherever they appear in the rendered text. So:
 - every untrusted string is normalised (NFKC, so full-width look-alikes such
   as ``＜｜im_start｜＞`` become plain ASCII first), stripped of control and
   invisible format characters, and stripped of anything shaped like a
-  template token (``<|...|>``, ``<tool_call>``, ``<think>``, ...), repeatedly,
-  until removing one cannot join the remains into another;
+  template token (``<|...|>``, ``<tool_call>``, ``<think>``, ...), as often
+  as it takes, so removing one cannot join the remains into another (one
+  linear pass: nested input such as ``"<|" * n + "|>" * n`` must not cost
+  n passes of a regex over the text while the event loop waits);
 - catalogue data enters only the system message, only inside one JSON
   document (``json.dumps``, ASCII-only), with every field length-bounded and
   at most ``MAX_PRODUCTS`` products; in that document ``<`` and ``>`` are
@@ -57,13 +59,35 @@ If nothing in the data fits the question, say so plainly.
 Answer in the language the user writes in, briefly."""
 
 
-def strip_template_tokens(text: str) -> str:
-    """``text`` without anything shaped like a chat-template token, to a fixed point."""
-    while True:
-        cleaned = TEMPLATE_TOKEN.sub("", text)
-        if cleaned == text:
-            return cleaned
-        text = cleaned
+def strip_template_tokens(text: str, *, collapse_spaces: bool = False) -> str:
+    """``text`` without anything shaped like a chat-template token, however the tokens nest.
+
+    The result is what removing tokens until none is left would give (it is unique: a token
+    holds no ``<`` or ``>``, so two tokens never overlap), computed in one pass: a token is
+    always the text from the last ``<`` not yet followed by a ``>`` up to the next ``>``, and
+    removing it can only complete a token that ends at a later ``>``. Each character is
+    looked at in at most one such candidate, so the work is linear in ``len(text)``.
+    ``collapse_spaces`` also turns every whitespace run into one space as it goes, so a
+    removal cannot leave a run that collapsing afterwards would shrink into a new token.
+    """
+    out: list[str] = []
+    opens: list[int] = []  # indexes in ``out`` of "<" characters with no ">" after them yet
+    for char in text:
+        if char == ">":
+            if opens:
+                start = opens.pop()
+                if TEMPLATE_TOKEN.fullmatch("".join(out[start:]) + ">"):
+                    del out[start:]
+                    continue
+                opens.clear()  # nothing before this ">" can start a token that ends after it
+        elif char == "<":
+            opens.append(len(out))
+        elif collapse_spaces and char.isspace():
+            if out and out[-1] == " ":
+                continue
+            char = " "
+        out.append(char)
+    return "".join(out)
 
 
 def _drop_invisible(text: str, *, keep_newlines: bool) -> str:
@@ -83,11 +107,8 @@ def _drop_invisible(text: str, *, keep_newlines: bool) -> str:
 def clean_text(text: str | None, *, max_chars: int | None = None, keep_newlines: bool = False) -> str:
     """Untrusted text made safe to place in a prompt; cut to ``max_chars`` if given."""
     text = unicodedata.normalize("NFKC", text or "")
-    text = strip_template_tokens(_drop_invisible(text, keep_newlines=keep_newlines))
-    if not keep_newlines:
-        text = " ".join(text.split())
-    else:
-        text = text.strip()
+    text = strip_template_tokens(_drop_invisible(text, keep_newlines=keep_newlines),
+                                 collapse_spaces=not keep_newlines).strip()
     if max_chars is not None and len(text) > max_chars:
         text = text[: max_chars - len(ELLIPSIS)].rstrip() + ELLIPSIS
     return text

@@ -1,7 +1,7 @@
 """Understands a natural-language marketplace query: price bounds, place, category, tags, terms.
 
 "laptop gaming Jakarta budget 10 juta" -> terms ["laptop"], tags ["gaming"], category
-"elektronik", place Jakarta, max_price 10_000_000. The rules (README has the user-facing list):
+"elektronik/laptop", place Jakarta, max_price 10_000_000. The rules (docs/marketplace.md lists them):
 
 Amounts: a number (``10``, ``1,5`` and ``1.5`` are decimals; ``10.000.000`` and ``10,000,000``
 use thousand separators; ``1,500`` with no unit is 1500), optionally after ``Rp``/``Rp.``/``IDR``
@@ -89,8 +89,11 @@ def _amount(tag: str = "") -> str:
 
 
 _BOUND_WORDS = _alternation(_UPPER + _LOWER + _AROUND + _NEUTRAL)
+# Linear on any text (tests/marketplace/test_linear_patterns.py): never two adjacent
+# repeats that can match the same characters. "\s*:?\s*" was one: a run of n spaces with no
+# amount after it was split between the two in n ways at each start, quadratic in all.
 _LEAD = (rf"(?:(?<![a-z0-9])(?P<bound>{_BOUND_WORDS}|{_alternation(_RANGE_LEADS)})(?:nya)?(?![a-z])"
-         rf"(?:\s+(?:{_alternation(_FILLERS)})(?![a-z])){{0,2}}\s*:?\s*)?")
+         rf"(?:\s+(?:{_alternation(_FILLERS)})(?![a-z])){{0,2}}\s*(?::\s*)?)?")
 _RANGE_SEPARATORS = _alternation(("-", "–", "—", "~", "s/d", "s.d.", "s.d", "sd", "sampai",
                                   "sampe", "hingga", "to", "dan", "and"))
 _RANGE = re.compile(
@@ -110,6 +113,19 @@ _WORD_KIND = {**{w: "upper" for w in _UPPER}, **{w: "lower" for w in _LOWER},
               **{w: "range" for w in _RANGE_LEADS}}
 
 
+# A distance limit: "radius 5 km", "dalam 10 km", "within 3 km", "500 meter dari sini", "2 km dari".
+# Only with one of these words around it: "drone jarak 10km" is the drone's range, not a limit.
+_DISTANCE_LEADS = _alternation(("dalam radius", "radius", "dalam", "within", "sejauh", "maksimal", "maks", "max"))
+_DISTANCE_TAILS = _alternation(("dari sini", "dari saya", "dari lokasi", "dari", "from here", "from me", "from",
+                                "radius", "around"))
+_DISTANCE = re.compile(
+    rf"(?<![a-z0-9])(?:(?P<lead>{_DISTANCE_LEADS})\s+)?(?P<num>[0-9]{{1,5}}(?:[.,][0-9]{{1,3}})?)\s*"
+    rf"(?P<unit>kilometer|km|meter|m)(?![a-z0-9])(?:\s+(?P<tail>{_DISTANCE_TAILS})(?![a-z]))?",
+    re.IGNORECASE,
+)
+MAX_RADIUS_KM = 20_000.0
+
+
 @dataclass(frozen=True)
 class ParsedQuery:
     """What was understood from a query; as_dict() shows it to clients."""
@@ -121,6 +137,8 @@ class ParsedQuery:
     category: str | None
     tags: list[str]
     sort: str | None = None  # "price_asc" (murah), "price_desc" (termahal), "nearest" (terdekat)
+    radius_km: float | None = None  # "dalam 10 km"
+    in_stock: bool | None = None  # True: "ready stock"; False: "termasuk stok habis"; None: not said
 
     @property
     def keywords(self) -> list[str]:
@@ -137,6 +155,8 @@ class ParsedQuery:
             "category": self.category,
             "tags": list(self.tags),
             "sort": self.sort,
+            "radius_km": self.radius_km,
+            "in_stock": self.in_stock,
         }
 
 
@@ -267,10 +287,26 @@ def parse_price(text: str) -> int | None:
     return _value(match.group("num"), match.group("unit"))
 
 
-def _understand_words(words: list[str]) -> tuple[list[str], str | None, list[str], str | None]:
+def _take_distance(text: str) -> tuple[float | None, str]:
+    """The first distance limit in ``text`` (km), and the text without it."""
+    for match in _DISTANCE.finditer(text):
+        if not (match.group("lead") or match.group("tail")):
+            continue
+        unit = match.group("unit").lower()
+        if unit == "m" and not match.group("lead"):
+            continue  # "10m dari" may be 10 miliar; "radius 500m" is metres
+        value = float(match.group("num").replace(",", "."))
+        km = value / 1000 if unit in ("m", "meter") else value
+        if not 0 < km <= MAX_RADIUS_KM:
+            continue
+        return km, text[:match.start()] + " " + text[match.end():]
+    return None, text
+
+
+def _understand_words(words: list[str]) -> tuple[list[str], str | None, list[str], str | None, bool | None]:
     terms: list[str] = []
     tags: list[str] = []
-    category = sort = None
+    category = sort = in_stock = None
     index = 0
     while index < len(words):
         found = match_phrase(words, index)
@@ -279,25 +315,32 @@ def _understand_words(words: list[str]) -> tuple[list[str], str | None, list[str
             index += 1
             continue
         if found.kind in ("product", "label"):
-            category = category or found.value  # the head noun comes first in Indonesian
+            # The head noun comes first in Indonesian; a later word may only narrow it down
+            # ("elektronik laptop" is a laptop, "tas laptop" stays a bag).
+            if category is None or found.value.startswith(category + "/"):
+                category = found.value
         if found.kind == "product":
             terms.extend(words[index : index + found.length])
         elif found.kind == "tag" and found.value not in tags:
             tags.append(found.value)
         elif found.kind == "sort":
             sort = sort or found.value
+        elif found.kind == "stock" and in_stock is None:
+            in_stock = found.value == "in_stock"
         index += found.length
-    return terms, category, tags, sort
+    return terms, category, tags, sort, in_stock
 
 
 def parse_query(text: str, *, gazetteer: Gazetteer) -> ParsedQuery:
     """Parse a natural-language product query; never raises on any text."""
     text = text[:MAX_QUERY_CHARS]
+    radius_km, remaining = _take_distance(text)
     bounds = _Bounds()
-    remaining = _take_singles(_take_ranges(text, bounds), bounds)
+    remaining = _take_singles(_take_ranges(remaining, bounds), bounds)
     place, remaining = gazetteer.find_in_text(remaining)
-    terms, category, tags, sort = _understand_words(normalise(remaining).split())
+    terms, category, tags, sort, in_stock = _understand_words(normalise(remaining).split())
     kept = [term for term in dict.fromkeys(terms) if term not in STOP_WORDS]
     min_price, max_price = bounds.resolved()
     return ParsedQuery(terms=kept[:MAX_TERMS], min_price=min_price, max_price=max_price,
-                       place=place, category=category, tags=tags, sort=sort)
+                       place=place, category=category, tags=tags, sort=sort, radius_km=radius_km,
+                       in_stock=in_stock)

@@ -14,14 +14,15 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from gateway.api import PrincipalDep, WriterDep, request_id
-from marketplace import catalog, chat, conversations, users
+from marketplace import ai_search as ai_search_service
+from marketplace import catalog, chat, conversations, taxonomy, users
+from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.errors import invalid_field
 from marketplace.lifecycle import MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
     refuse_nul,
-    run_ai_search,
     run_search,
     search_criteria_from_query,
 )
@@ -32,8 +33,10 @@ from marketplace.schemas import (
     PLACES_LIMIT_MAX,
     PRICE_MAX,
     QUERY_MAX,
+    SEARCH_OFFSET_MAX,
     AISearchOut,
     AISearchRequest,
+    CategoryTree,
     ChatOut,
     ChatRequest,
     CompareOut,
@@ -58,9 +61,16 @@ router = APIRouter(prefix="/api", tags=["marketplace"])
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
+SearchOffset = Annotated[int, Query(ge=0, le=SEARCH_OFFSET_MAX)]
 
 
-# --- suppliers and products ------------------------------------------------------------
+# --- categories, suppliers and products ------------------------------------------------
+
+
+@router.get("/categories")
+async def list_categories(_: PrincipalDep) -> CategoryTree:
+    """The category tree: what ``category`` may name when adding a product or filtering a search."""
+    return CategoryTree(categories=taxonomy.tree())
 
 
 @router.post("/suppliers/register", status_code=status.HTTP_201_CREATED)
@@ -95,6 +105,7 @@ async def create_product(body: ProductCreate, _: WriterDep, session: SessionDep)
 async def search_products(
     _: PrincipalDep,
     session: SessionDep,
+    mp: MarketplaceDep,
     q: Annotated[str, Query(max_length=QUERY_MAX)] = "",
     location: Annotated[str | None, Query(max_length=100, description="lat,lng")] = None,
     radius_km: Annotated[float | None, Query(gt=0, le=20_000)] = None,
@@ -103,22 +114,29 @@ async def search_products(
     category: Annotated[str | None, Query(max_length=64)] = None,
     in_stock: bool = False,
     limit: Limit = 20,
-    offset: Offset = 0,
+    offset: SearchOffset = 0,
     sort: Literal["nearest", "price_asc", "price_desc"] = "nearest",
     fallback: bool = True,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX_CHARS,
+                                        description="next_cursor of the previous page (instead of offset)")] = None,
 ) -> SearchOut:
     """Keyword search; nearest first when ``location`` is given. ``fallback=false`` disables relaxing."""
     criteria = search_criteria_from_query(
         q=q, location=location, radius_km=radius_km, min_price=min_price, max_price=max_price,
         category=category, in_stock=in_stock, limit=limit, offset=offset, sort=sort,
     )
-    return await run_search(session=session, criteria=criteria, fallback=fallback)
+    return await run_search(session=session, signer=mp.cursors, criteria=criteria, fallback=fallback, cursor=cursor)
 
 
 @router.post("/products/ai-search")
-async def ai_search(body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep) -> AISearchOut:
-    """Natural-language search: the query is parsed into filters, then searched like /search."""
-    return await run_ai_search(session=session, gazetteer=mp.gazetteer, body=body)
+async def ai_search(
+    body: AISearchRequest, _: PrincipalDep, session: SessionDep, mp: MarketplaceDep, request: Request
+) -> AISearchOut:
+    """Natural-language search: the rules and the engine read the query into filters, searched like /search."""
+    return await ai_search_service.run(
+        session=session, signer=mp.cursors, gateway=mp.gateway, settings=mp.settings,
+        gazetteer=mp.gazetteer, body=body, request_id=request_id(request),
+    )
 
 
 @router.get("/products/compare")

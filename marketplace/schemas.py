@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,8 +24,8 @@ from pydantic import (
 )
 
 from gateway.api import SESSION_ID_MAX, SESSION_ID_RULE, is_valid_session_id
-from marketplace import geo
-from marketplace.categories import CATEGORIES
+from marketplace import geo, taxonomy
+from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.models import (
     ADDRESS_MAX,
     CATEGORY_MAX,
@@ -42,6 +43,9 @@ PREFERENCES_MAX_BYTES = 4096
 CHAT_MESSAGE_MAX = 4000
 QUERY_MAX = 500
 PAGE_LIMIT_MAX = 100
+# Deepest page reachable by offset: deeper pages are read with a cursor, which costs the same
+# at any depth (an offset makes the database produce and drop every row before it).
+SEARCH_OFFSET_MAX = 10_000
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in both databases
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -103,10 +107,28 @@ def _normalise_tags(tags: list[str]) -> list[str]:
 
 
 def _check_category(value: str) -> str:
-    value = value.strip().lower()
-    if value not in CATEGORIES:
-        raise ValueError(f"category must be one of: {', '.join(CATEGORIES)}")
-    return value
+    """The canonical path of a category path, slug, name or alias (UnknownCategory is a ValueError: 422)."""
+    return taxonomy.resolve(value)
+
+
+# --- categories -----------------------------------------------------------------
+
+
+class CategoryName(BaseModel):
+    id: str = Field(description="Indonesian name")
+    en: str = Field(description="English name")
+
+
+class CategoryOut(BaseModel):
+    path: str = Field(description="canonical path, as stored on products: elektronik or elektronik/laptop")
+    slug: str
+    name: CategoryName
+    aliases: list[str] = Field(description="other names a seller may send for it")
+    children: list[CategoryOut]
+
+
+class CategoryTree(BaseModel):
+    categories: list[CategoryOut]
 
 
 # --- suppliers -----------------------------------------------------------------
@@ -311,9 +333,11 @@ class SearchHit(BaseModel):
 
 class SearchOut(BaseModel):
     results: list[SearchHit]
-    total: int
+    total: int = Field(description="matches, exact up to 1,000 (see total_exact)")
+    total_exact: bool = Field(description="false: there are more matches than total says")
     limit: int
-    offset: int
+    offset: int = Field(description="rows before this page")
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last page")
     location: Location | None
     radius_km: float | None = Field(description="the radius finally searched (null: unlimited)")
     terms: list[str]
@@ -325,16 +349,21 @@ class AISearchRequest(Input):
     query: str = Field(min_length=1, max_length=QUERY_MAX)
     location: Location | None = None
     radius_km: float | None = Field(None, gt=0, le=20_000)
-    in_stock: StrictBool = True
+    in_stock: StrictBool | None = Field(None, description="null: as the query says, else in stock only")
     limit: int = Field(20, ge=1, le=PAGE_LIMIT_MAX)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=SEARCH_OFFSET_MAX)
+    cursor: str | None = Field(None, min_length=1, max_length=CURSOR_MAX_CHARS,
+                               description="next_cursor of the previous page (instead of offset)")
 
     _location = field_validator("location", mode="before")(_location_from_text)
 
 
 class AISearchOut(SearchOut):
     query: str
-    parsed: dict[str, Any]
+    parsed: dict[str, Any] = Field(description="the filters searched by, merged from the rules and the engine")
+    sources: dict[str, str | None] = Field(
+        description="per filter: request, rules, model, default, or null when absent")
+    engine: dict[str, Any] = Field(description="the engine's reading: status, model, detail, elapsed_ms, rejected")
 
 
 class Offer(BaseModel):
@@ -365,6 +394,17 @@ class ChatRequest(Input):
     stream: StrictBool = False
 
     _location = field_validator("location", mode="before")(_location_from_text)
+
+    @field_validator("message")
+    @classmethod
+    def _bounded_after_normalisation(cls, value: str) -> str:
+        # The prompt builder NFKC-normalises the message, which can expand a character up to
+        # 18-fold (U+FDFA); the limit must hold for the text that reaches the parser and engine.
+        normalised = len(unicodedata.normalize("NFKC", value))
+        if normalised > CHAT_MESSAGE_MAX:
+            raise ValueError(f"message must be at most {CHAT_MESSAGE_MAX} characters after Unicode "
+                             f"NFKC normalisation (this one has {normalised})")
+        return value
 
     @field_validator("session_id")
     @classmethod

@@ -1,24 +1,21 @@
-"""Product search: filters, ranked text matching, nearest-first order, graceful fallback.
+"""Product search: filters, ranked text, nearest-first order, fallback, pages by offset or by cursor.
 
 Semantics
-- Filters always hold: price bounds, category, in-stock, active suppliers only.
-- Text: a product matches a term when the term occurs (case-insensitively) in
-  its name, tags or description. Strictly, every term must occur. The score is
-  3 per term found in the name + 2 per term in the tags + 1 per term in the
-  description.
-- Order: with a location, nearest supplier first (WGS-84 geodesic distance,
-  computed in the database before LIMIT/OFFSET, so page 1 holds the nearest
-  matches), then score, then product id. Without a location: score, then id.
-  An explicit price sort ("murah" in a query, ``sort=price_asc``) puts price
-  first and keeps the rest as tie-breakers.
-- Distance in the database: SQLite calls ``geodesic_km`` (Vincenty, a Python
-  function registered on each connection by ``marketplace.db``) on the suppliers inside
-  a bounding box of the radius (indexed lat/lng columns); PostgreSQL prefilters
-  with ``earth_box(ll_to_earth(...)) @> ll_to_earth(lat, lng)`` on a GiST
-  index, then the migration's ``geodesic_km`` (the same Vincenty formula in
-  PL/pgSQL). Vincenty agrees with geopy's geodesic to far below a millimetre. Each
-  supplier's distance is computed once (a materialised CTE), not once per product. Both databases compute the distance
-  with the same formula (``marketplace.geodesy``).
+- Filters always hold: price bounds, category (a path: it and everything below it), in
+  stock, active suppliers only (``marketplace.criteria``).
+- Text: ``marketplace.textmatch`` (partial words from three characters, whole words for two;
+  every term strictly, or any term; score 3 name / 2 tags / 1 description).
+- Order: with a location, nearest supplier first (the WGS-84 geodesic, computed in the
+  database before the page is cut, so page 1 holds the nearest matches), then score, then
+  product id; without one, score then id. ``price_asc``/``price_desc`` put price first.
+- Total: exact up to ``plans.TOTAL_CAP`` matches; beyond, the cap with ``total_exact`` false
+  (counting half a million matches would cost more than the page; Elasticsearch and most
+  shop searches do the same).
+- Pages: ``offset`` (up to ``schemas.SEARCH_OFFSET_MAX``), or keyset: ``after`` the sort key of
+  the last row of the previous page (``marketplace.cursor`` carries it), which costs the
+  same at any depth and never skips or repeats a row while the catalogue stays as it was.
+
+How the page and the count are read at a million products: ``marketplace.plans``.
 
 Fallback (when a search finds nothing, unless disabled): see ``_attempts``.
 """
@@ -27,39 +24,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Select, and_, case, func, literal, or_, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.elements import ColumnElement
 
-from marketplace import geo
+from marketplace import geo, plans
+from marketplace.criteria import After, SearchCriteria
 from marketplace.models import Product, Supplier
-
-MAX_TERMS = 10
-MAX_TERM_LENGTH = 64
-MIN_TERM_LENGTH = 2
-# earth_box works on a sphere of radius 6378.168 km, which overstates some
-# geodesic distances by up to ~0.7 %; a 1 % wider box never misses a match.
-EARTH_BOX_MARGIN = 1.01
 
 # Names of the relaxations, as reported in ``SearchPage.fallback``.
 ANY_TERM = "matched_any_term"
 WIDENED_RADIUS = "widened_radius"
 DROPPED_TERMS = "dropped_terms"
-
-
-@dataclass(frozen=True)
-class SearchCriteria:
-    terms: tuple[str, ...] = ()
-    min_price: int | None = None
-    max_price: int | None = None
-    category: str | None = None
-    location: geo.Point | None = None
-    radius_km: float | None = None  # None: no distance limit
-    in_stock: bool = False
-    limit: int = 20
-    offset: int = 0
-    match_all_terms: bool = True
-    sort: str | None = None  # None: nearest (or relevance); "price_asc" / "price_desc": by price first
 
 
 @dataclass
@@ -77,28 +52,33 @@ class SearchPage:
     total: int
     criteria: SearchCriteria  # what was finally searched, after any fallback
     fallback: list[str] = field(default_factory=list)
-
-
-def normalise_terms(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Lower-cased, de-duplicated, bounded search terms (too-short words dropped)."""
-    terms: list[str] = []
-    for word in words:
-        word = " ".join(str(word).lower().split())[:MAX_TERM_LENGTH]
-        if len(word) >= MIN_TERM_LENGTH and word not in terms:
-            terms.append(word)
-    return tuple(terms[:MAX_TERMS])
+    total_exact: bool = True
+    offset: int = 0  # rows before this page
+    next_after: After | None = None  # where the next page starts; None: this is the last one
 
 
 async def search_products(
-    *, session: AsyncSession, criteria: SearchCriteria, fallback: bool = True
+    *, session: AsyncSession, criteria: SearchCriteria, fallback: bool = True,
+    after: After | None = None, total: tuple[int, bool] | None = None,
 ) -> SearchPage:
-    """One page of products matching ``criteria``, relaxing it step by step if nothing matches."""
+    """One page of products matching ``criteria``, relaxing it step by step if nothing matches.
+
+    ``after`` continues a search from the last row of an earlier page (then ``criteria`` is
+    the one that page searched, ``total`` its total and exactness, and nothing is relaxed).
+    """
+    if after is not None:
+        known_total, exact = total if total is not None else await plans.count(session, criteria)
+        return await _page(session, criteria, known_total, exact, after=after)
     attempts = _attempts(criteria) if fallback else [(criteria, [])]
     page = None
     for attempt, notes in attempts:
-        page = await _run(session=session, criteria=attempt)
+        count, exact = await plans.count(session, attempt)
+        if count:
+            page = await _page(session, attempt, count, exact)
+        else:
+            page = SearchPage([], 0, attempt, offset=attempt.offset)
         page.fallback = notes
-        if page.total > 0:
+        if count:
             return page
     assert page is not None
     return page
@@ -129,141 +109,21 @@ def _attempts(criteria: SearchCriteria) -> list[tuple[SearchCriteria, list[str]]
     return attempts
 
 
-def like_pattern(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _term_hits(term: str, dialect: str) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
-    pattern = like_pattern(term)
-    if dialect == "postgresql":
-        # lower(x COLLATE "C") LIKE: the form the migration's trigram indexes are
-        # built for. The "C" collation folds ASCII letters only, like SQLite, and
-        # is 2.5x cheaper per row than a UTF-8 locale's lower().
-        name = func.lower(Product.name.collate("C"))
-        description = func.lower(Product.description.collate("C"))
-    else:
-        # SQLite's LIKE already ignores ASCII case (its lower() folds nothing more).
-        name, description = Product.name, Product.description
-    return (
-        name.like(pattern, escape="\\"),
-        Product.tags_text.like(pattern, escape="\\"),  # stored lower-cased
-        description.like(pattern, escape="\\"),
-    )
-
-
-def text_match_and_score(
-    terms: tuple[str, ...], *, match_all: bool, dialect: str
-) -> tuple[ColumnElement[bool] | None, ColumnElement[int]]:
-    """The WHERE condition for ``terms`` (None when there are none) and the score expression."""
-    if not terms:
-        return None, literal(0)
-    conditions, score = [], None
-    for term in terms:
-        in_name, in_tags, in_description = _term_hits(term, dialect)
-        conditions.append(or_(in_name, in_tags, in_description))
-        term_score = (
-            case((in_name, 3), else_=0) + case((in_tags, 2), else_=0) + case((in_description, 1), else_=0)
-        )
-        score = term_score if score is None else score + term_score
-    condition = and_(*conditions) if match_all else or_(*conditions)
-    return condition, score
-
-
-def nearby_suppliers(*, dialect: str, center: geo.Point, radius_km: float | None):
-    """A materialised CTE of active suppliers with their distance to ``center`` (km).
-
-    Rows may lie slightly beyond ``radius_km`` (the prefilter is a box); callers
-    filter on the exact ``distance`` column.
-    """
-    lat, lng = literal(center.lat), literal(center.lng)
-    distance = func.geodesic_km(lat, lng, Supplier.lat, Supplier.lng)
-    query = select(Supplier.id.label("supplier_id"), distance.label("distance")).where(
-        Supplier.active.is_(True)
-    )
-    if radius_km is not None:
-        if dialect == "postgresql":
-            box = func.earth_box(func.ll_to_earth(lat, lng), literal(radius_km * 1000 * EARTH_BOX_MARGIN))
-            query = query.where(box.op("@>")(func.ll_to_earth(Supplier.lat, Supplier.lng)))
-        else:
-            min_lat, max_lat, min_lng, max_lng = geo.bounding_box(center, radius_km)
-            query = query.where(
-                Supplier.lat.between(min_lat, max_lat), Supplier.lng.between(min_lng, max_lng)
-            )
-    return query.cte("nearby").prefix_with("MATERIALIZED")
-
-
-def filters(criteria: SearchCriteria) -> list[ColumnElement[bool]]:
-    """The product conditions of a search besides text and distance (suppliers' activity is checked by the caller)."""
-    conditions: list[ColumnElement[bool]] = []
-    if criteria.min_price is not None:
-        conditions.append(Product.price >= criteria.min_price)
-    if criteria.max_price is not None:
-        conditions.append(Product.price <= criteria.max_price)
-    if criteria.category:
-        conditions.append(Product.category == criteria.category)
-    if criteria.in_stock:
-        conditions.append(Product.stock_quantity > 0)
-    return conditions
-
-
-def build_query(criteria: SearchCriteria, *, dialect: str) -> Select:
-    """SELECT product_id, distance, score and the total match count for one page of ``criteria``.
-
-    Only ids are selected and sorted: the page's rows are loaded afterwards, so
-    the database sorts narrow rows rather than whole products.
-    """
-    condition, score_expression = text_match_and_score(
-        criteria.terms, match_all=criteria.match_all_terms, dialect=dialect
-    )
-    score = score_expression.label("score")
-    where = filters(criteria)
-    if condition is not None:
-        where.append(condition)
-    if criteria.location is None:
-        query = select(Product.id.label("product_id"), literal(None).label("distance"), score)
-        query = query.join(Supplier, Supplier.id == Product.supplier_id).where(Supplier.active.is_(True))
-        order = [score.desc(), Product.id] if criteria.terms else [Product.id]
-    else:
-        nearby = nearby_suppliers(dialect=dialect, center=criteria.location, radius_km=criteria.radius_km)
-        supplier_key = Product.supplier_id
-        if dialect == "sqlite" and criteria.radius_km is None:
-            # Every supplier is a candidate: scan products once and look each distance
-            # up, instead of reading products supplier by supplier (random reads).
-            # "+ 0" keeps SQLite's planner off the supplier_id index for this join.
-            supplier_key = Product.supplier_id + 0
-        query = select(Product.id.label("product_id"), nearby.c.distance, score)
-        query = query.join(nearby, nearby.c.supplier_id == supplier_key)
-        if criteria.radius_km is not None:
-            where.append(nearby.c.distance <= criteria.radius_km)
-        order = [nearby.c.distance, score.desc(), Product.id]
-    if criteria.sort == "price_asc":
-        order.insert(0, Product.price.asc())
-    elif criteria.sort == "price_desc":
-        order.insert(0, Product.price.desc())
-    return (
-        query.add_columns(func.count().over().label("total"))
-        .where(*where)
-        .order_by(*order)
-        .limit(criteria.limit)
-        .offset(criteria.offset)
-    )
-
-
-async def _run(*, session: AsyncSession, criteria: SearchCriteria) -> SearchPage:
-    dialect = session.bind.dialect.name
-    rows = (await session.execute(build_query(criteria, dialect=dialect))).all()
-    if rows:
-        total = rows[0].total
-    elif criteria.offset > 0:  # past the end: the window count saw no row, ask for it alone
-        counted = build_query(replace(criteria, offset=0, limit=1), dialect=dialect)
-        first = (await session.execute(counted)).first()
-        total = first.total if first else 0
-    else:
-        total = 0
+async def _page(session: AsyncSession, criteria: SearchCriteria, total: int, exact: bool, *,
+                after: After | None = None) -> SearchPage:
+    offset = after.rows_before if after is not None else criteria.offset
+    rows = await plans.rows(session, criteria, total, exact, after)
     loaded = await load_products(session=session, product_ids=[row.product_id for row in rows])
     ranked = [(*loaded[row.product_id], int(row.score or 0)) for row in rows]
-    return SearchPage(hits=hits_for(ranked, criteria.location), total=int(total), criteria=criteria)
+    page = SearchPage(hits=hits_for(ranked, criteria.location), total=total, criteria=criteria,
+                      total_exact=exact, offset=offset)
+    last_row = offset + len(rows)
+    if rows and len(rows) == criteria.limit and (not exact or last_row < total):
+        last = rows[-1]
+        span = last.distance - rows[0].distance if last.distance is not None else 0.0
+        page.next_after = After(distance=last.distance, score=int(last.score or 0), product_id=last.product_id,
+                                price=int(last.price), rows_before=last_row, span_km=span)
+    return page
 
 
 async def load_products(*, session: AsyncSession, product_ids: list[int]) -> dict[int, tuple[Product, Supplier]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from marketplace import taxonomy
 from marketplace.models import Product, Supplier, tags_text_for, utcnow
 
 SEED = 20261130
@@ -41,7 +42,8 @@ CITIES: tuple[tuple[str, float, float], ...] = (
     ("Malang", -7.9666, 112.6326),
 )
 
-# category -> (name, lowest price, highest price, tags, description)
+# top-level category -> (name, lowest price, highest price, tags, description); each product is
+# stored under the subcategory its name or tags name (taxonomy.refine), e.g. makanan/kopi.
 TEMPLATES: dict[str, tuple[tuple[str, int, int, tuple[str, ...], str], ...]] = {
     "elektronik": (
         ("Laptop Gaming ASUS ROG Strix G15", 15_500_000, 21_000_000, ("gaming", "laptop"), "Ryzen 7, RTX 4060, RAM 16GB, SSD 512GB, layar 144Hz."),
@@ -157,7 +159,7 @@ def demo_catalogue(seed: int = SEED) -> list[DemoSupplier]:
                     "description": description,
                     "price": _price(rng, low, high),
                     "stock_quantity": 0 if rng.random() < 0.1 else rng.randint(1, 60),
-                    "category": category,
+                    "category": taxonomy.refine(category, name, *tags),
                     "tags": list(tags),
                 }
                 for category, (name, low, high, tags, description) in sorted(chosen, key=lambda c: c[1][0])

@@ -1,12 +1,16 @@
 """The marketplace's own settings (environment variables), separate from the gateway's.
 
+Each field maps to the environment variable of the same name in upper case
+(``ai_search_timeout_seconds`` <- ``AI_SEARCH_TIMEOUT_SECONDS``); docs/marketplace.md lists them.
 ``MARKETPLACE_DATABASE_URL`` names the marketplace's database; unset, it shares the
 gateway's ``DATABASE_URL`` (one SQLite file by default). ``SEED_DEMO_DATA`` loads the demo
-catalogue into an empty database at start-up.
+catalogue into an empty database at start-up. The ``AI_SEARCH_*`` settings decide whether and
+how ``POST /api/products/ai-search`` asks the engine to read a query.
 """
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +19,13 @@ class MarketplaceSettings(BaseSettings):
 
     marketplace_database_url: str = ""  # empty: the gateway's DATABASE_URL
     seed_demo_data: bool = False
+    # POST /api/products/ai-search asks the engine to read the query (structured outputs);
+    # false: the rule-based parser alone.
+    ai_search_engine: bool = True
+    # How long a search waits for the engine's reading before it goes on with the rules alone.
+    ai_search_timeout_seconds: float = Field(4.0, gt=0, le=60)
+    # Room for the JSON answer (a real model needs 60-150 tokens; the schema bounds every field).
+    ai_search_max_tokens: int = Field(300, ge=32, le=2048)
 
     def database_url(self, gateway_database_url: str) -> str:
         return self.marketplace_database_url or gateway_database_url

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
@@ -30,5 +31,21 @@ def alembic_config(url: str) -> Config:
 
 def upgrade_to_head(url: str) -> None:
     """Blocking: upgrade the database at ``url`` to the newest revision."""
+    upgrade_to(url, "head")
+
+
+def upgrade_to(url: str, revision: str) -> None:
+    """Blocking: upgrade the database at ``url`` to ``revision``."""
     with _ALEMBIC_LOCK:
-        command.upgrade(alembic_config(url), "head")
+        command.upgrade(alembic_config(url), revision)
+
+
+def downgrade_to(url: str, revision: str) -> None:
+    """Blocking: downgrade the database at ``url`` to ``revision``."""
+    with _ALEMBIC_LOCK:
+        command.downgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str:
+    """The newest revision id."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()

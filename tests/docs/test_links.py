@@ -15,9 +15,6 @@ from tests.support.docs import DOCS, REPO_ROOT
 
 PAGES = [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-# Pages the marketplace and playground branches add; the README already links to them.
-# Remove this set once those branches are merged.
-ADDED_BY_OTHER_BRANCHES = {DOCS / "marketplace.md"}
 
 
 def prose(path: Path) -> str:
@@ -44,8 +41,6 @@ def test_every_relative_link_resolves(page):
     for target in relative_links(page):
         file_part, _, anchor = target.partition("#")
         destination = (page.parent / file_part).resolve() if file_part else page
-        if destination in ADDED_BY_OTHER_BRANCHES:
-            continue
         if not destination.exists():
             broken.append(f"{target}: no such file")
         elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):

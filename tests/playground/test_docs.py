@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from playground.settings import PlaygroundSettings
-from tests.unit.marketplace.support import (
+from tests.marketplace.support import (
     READ,
     client,
     database_url,

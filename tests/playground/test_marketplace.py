@@ -108,7 +108,7 @@ async def test_the_parse_shows_as_chips_and_the_assistant_lists_the_products_it_
     chips = await page.locator("#market-chips li").all_text_contents()
     assert "price≤ Rp 20.000.000" in [chip.replace("\xa0", " ") for chip in chips]
     assert "placeJakarta (from the search)" in chips
-    assert "categoryelektronik" in chips and "taggaming" in chips and "wordlaptop" in chips
+    assert "categoryelektronik/laptop" in chips and "taggaming" in chips and "wordlaptop" in chips
 
     # The assistant answers registered users only: the page offers to create one, which a read
     # key may not do (403, said plainly); with the admin key it can.

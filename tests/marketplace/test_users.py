@@ -1,0 +1,79 @@
+"""Users through the HTTP API: registration, look-up, unique email, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.marketplace.support import (
+    READ,
+    WRITE,
+    add_user,
+    client,
+    count_rows,
+    database_url,
+    fake_engine,
+    field_of,
+    settings,
+)
+
+
+async def test_user_registers_and_reads_back(client):
+    created = await add_user(client, email="Budi@Example.COM", location={"lat": -6.2, "lng": 106.8},
+                             preferences={"categories": ["elektronik"]})
+    assert created["email"] == "budi@example.com"
+    assert created["ai_access_enabled"] is True
+    response = await client.get(f"/api/users/{created['id']}", headers=READ)
+    assert response.status_code == 200
+    assert response.json() == created
+
+
+async def test_ai_access_is_off_unless_asked_for(client):
+    response = await client.post("/api/users", json={"name": "C", "email": "c@example.com"}, headers=WRITE)
+    assert response.status_code == 201
+    assert response.json()["ai_access_enabled"] is False
+    assert response.json()["location"] is None
+
+
+async def test_duplicate_email_is_409_whatever_the_case(client):
+    await add_user(client, email="sama@example.com")
+    response = await client.post("/api/users", json={"name": "Dua", "email": "SAMA@example.com"}, headers=WRITE)
+    assert response.status_code == 409
+    assert response.json()["detail"].startswith("email:")
+    assert await count_rows(client, "users") == 1
+
+
+async def test_concurrent_duplicate_emails_create_one_user(client):
+    body = {"name": "Balapan", "email": "race@example.com"}
+    responses = await asyncio.gather(*[client.post("/api/users", json=body, headers=WRITE) for _ in range(4)])
+    assert sorted(r.status_code for r in responses) == [201, 409, 409, 409]
+    assert await count_rows(client, "users") == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"email": "not-an-email"}, "email"),
+        ({"email": "a@" + "b" * 250 + ".com"}, "email"),
+        ({"name": "n" * 201}, "name"),
+        ({"location": {"lat": -100, "lng": 0}}, "lat"),
+        ({"location": {"lat": 0, "lng": 200}}, "lng"),
+        ({"ai_access_enabled": "yes"}, "ai_access_enabled"),
+        ({"preferences": {"x": "y" * 5000}}, "preferences"),
+        ({"role": "admin"}, "role"),
+        ({"preferences": {"k\x00": "v"}}, "preferences"),
+    ],
+)
+async def test_bad_user_fields_are_refused(client, overrides, field):
+    body = {"name": "U", "email": "u@example.com", **overrides}
+    response = await client.post("/api/users", json=body, headers=WRITE)
+    assert response.status_code == 422, response.text
+    assert field in field_of(response)
+    assert await count_rows(client, "users") == 0
+
+
+async def test_unknown_user_is_404(client):
+    response = await client.get("/api/users/31337", headers=READ)
+    assert response.status_code == 404
+    assert "user 31337" in response.json()["detail"]

@@ -56,7 +56,7 @@ async def confined_engine(*, cores: frozenset[int], log_dir: Path) -> AsyncItera
 
 def _own_group_on(cores) -> None:
     """In the child: its own process group (to stop the whole tree), not its own session
-    (a new session is a new scheduler autogroup; see tests/fixtures/engine.py), on ``cores``.
+    (a new session is a new scheduler autogroup; see tests/support/engine.py), on ``cores``.
     By hand because uvloop's subprocess_exec takes no ``process_group``."""
     os.setpgid(0, 0)
     os.sched_setaffinity(0, cores)

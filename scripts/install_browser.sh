@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure a headless Chromium is installed for the playground's browser tests
-# (tests/integration/playground); on Debian/Ubuntu install Debian's `chromium` with apt when
+# (tests/playground); on Debian/Ubuntu install Debian's `chromium` with apt when
 # /usr/bin/chromium is missing. Playwright drives it through `executable_path`: Playwright's own
 # browser download needs servers these machines cannot reach. Idempotent.
 set -euo pipefail

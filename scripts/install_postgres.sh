@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure PostgreSQL's server programs (initdb, pg_ctl) and its contrib extensions (cube,
 # earthdistance, pg_trgm) are installed; on Debian/Ubuntu install them with apt when missing.
-# The tests start their own throw-away cluster (tests/fixtures/postgres.py); nothing is
+# The tests start their own throw-away cluster (tests/support/postgres.py); nothing is
 # started here.
 set -euo pipefail
 

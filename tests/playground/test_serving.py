@@ -1,7 +1,7 @@
 """The playground's files: served without a key, with the security headers, only when turned on.
 
 The real app (create_app: middleware, features, lifespan) in process, in front of the fake
-engine; the browser tests (tests/integration/playground) load the same files in Chromium.
+engine; the browser tests (tests/playground, marked integration) load the same files in Chromium.
 """
 
 from __future__ import annotations

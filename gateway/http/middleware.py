@@ -5,7 +5,9 @@ BaseHTTPMiddleware would, costing time per chunk and hiding disconnects). It
 touches exactly one response message, the start (to add headers); body chunks
 pass straight through. Refusals are written in the error shape of the route
 family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
-Bearer`` or ``x-api-key`` (``http.auth``).
+Bearer`` or ``x-api-key`` (``http.auth``). Control requests (``http.admission.ControlRequests``:
+cancels, state lookups) are admitted in a pool of their own, so a key at its in-flight cap can
+still stop its generations.
 
 A request that returns without starting a response is one whose client left
 first: it is counted and logged as 499 (nginx's "client closed request"), so
@@ -22,7 +24,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.admission import Admission
+from gateway.http.admission import Admission, ControlRequests, too_many_requests
 from gateway.http.auth import API_KEY_HEADER, LOCAL_PRINCIPAL, MISSING_KEY, KeyRing, request_keys
 from gateway.http.errors import ErrorShapes, GatewayError
 from gateway.http.logs import request_id_var
@@ -58,10 +60,15 @@ class GatewayMiddleware:
         metrics_require_auth: bool,
         access_log: bool = True,
         public_paths: frozenset[str] = frozenset(),
+        control_requests: ControlRequests | None = None,
     ) -> None:
         self.app = app
         self.keyring = keyring
         self.admission = admission
+        self.control_requests = control_requests or ControlRequests()
+        # Same sizes as the requests' pool, counted apart (see gateway.http.admission).
+        self.control_admission = Admission(max_inflight=admission.max_inflight,
+                                           max_inflight_per_key=admission.max_inflight_per_key)
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         # ``public_paths``: exact paths features serve without a key (the playground's files).
@@ -112,7 +119,7 @@ class GatewayMiddleware:
 
         path = scope["path"]
         key_id = "-"
-        admitted = False
+        admitted: Admission | None = None  # the pool that admitted the request
         try:
             refusal = self._check_body_size(content_length)
             if refusal is None and path not in self.public:
@@ -121,14 +128,14 @@ class GatewayMiddleware:
                     state["principal"] = principal
                     key_id = principal.key_id
                     if path != "/metrics":
-                        reason = self.admission.try_enter(key_id)
+                        pool = self.control_admission if self.control_requests.matches(scope["method"], path) \
+                            else self.admission
+                        reason = pool.try_enter(key_id)
                         if reason is None:
-                            admitted = True
+                            admitted = pool
                         else:
                             metrics.rejected.labels("admission").inc()
-                            refusal = GatewayError(
-                                429, reason, code="too_many_requests", headers={"retry-after": "1"}
-                            )
+                            refusal = too_many_requests(reason)
             elif refusal is None:
                 state["principal"] = None
             if refusal is not None:
@@ -140,8 +147,8 @@ class GatewayMiddleware:
             if status_holder[0] is None:
                 status_holder[0] = CLIENT_CLOSED_REQUEST
         finally:
-            if admitted:
-                self.admission.leave(key_id)
+            if admitted is not None:
+                admitted.leave(key_id)
             if status_holder[0] is None:
                 status_holder[0] = 500  # the app raised before answering
             elapsed = time.perf_counter() - started

@@ -119,8 +119,16 @@ until http_ok "$GATEWAY_URL/readyz"; do
     pause 0.5
 done
 
-model="$(curl -fsS --max-time 5 "$GATEWAY_URL/health" \
-    | "$VPY" -c 'import json, sys; print(json.load(sys.stdin)["model_path"])')"
+# /health names the model only to a caller with a key: send the first key given in clear (on
+# stdin, so it stays out of `ps`); with hashed keys only, the example shows a placeholder.
+health_key=""
+IFS=',' read -r -a given_keys <<<"${ADMIN_API_KEYS:-},${API_KEYS:-}"
+for key in "${given_keys[@]}"; do
+    key="${key//[[:space:]]/}"
+    if [[ -n "$key" && "$key" != sha256:* ]]; then health_key="$key"; break; fi
+done
+model="$(curl -fsS --max-time 5 -H @- "$GATEWAY_URL/health" <<<"${health_key:+Authorization: Bearer $health_key}" \
+    | "$VPY" -c 'import json, sys; print(json.load(sys.stdin).get("model_path") or "<model>")')"
 auth=""
 if [[ -n "${API_KEYS:-}${ADMIN_API_KEYS:-}" ]]; then auth=" -H 'Authorization: Bearer <one of API_KEYS>'"; fi
 request="{\"model\": \"$model\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 32}"

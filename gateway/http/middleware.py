@@ -7,7 +7,8 @@ pass straight through. Refusals are written in the error shape of the route
 family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
 Bearer`` or ``x-api-key`` (``http.auth``). Control requests (``http.admission.ControlRequests``:
 cancels, state lookups) are admitted in a pool of their own, so a key at its in-flight cap can
-still stop its generations.
+still stop its generations. A public path needs no key, but a valid key sent to one is still
+recognised (``/health`` shows its details only to callers it knows).
 
 A request that returns without starting a response is one whose client left
 first: it is counted and logged as 499 (nginx's "client closed request"), so
@@ -137,7 +138,7 @@ class GatewayMiddleware:
                             metrics.rejected.labels("admission").inc()
                             refusal = too_many_requests(reason)
             elif refusal is None:
-                state["principal"] = None
+                state["principal"] = self._recognise(authorization, api_key)
             if refusal is not None:
                 await self.error_shapes.send(path, refusal, send_with_headers)
                 return
@@ -186,6 +187,19 @@ class GatewayMiddleware:
                 401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"}
             )
         return principal, None
+
+    def _recognise(self, authorization: bytes | None, api_key: bytes | None) -> Any:
+        """On a public path: the caller's principal if it sent a valid key (or no keys are configured), else None.
+
+        Never a refusal: a public path answers everyone, only what it shows may differ.
+        """
+        if not self.keyring.enabled:
+            return LOCAL_PRINCIPAL
+        for key in request_keys(authorization, api_key):
+            principal = self.keyring.authenticate(key)
+            if principal is not None:
+                return principal
+        return None
 
     def _check_body_size(self, content_length: bytes | None) -> GatewayError | None:
         if content_length is None:

@@ -32,6 +32,7 @@ from gateway.engines.state import EngineState
 from gateway.features import FeatureFactory, installed_features, selected
 from gateway.http.admission import Admission
 from gateway.http.auth import KeyRing
+from gateway.http.cors import CorsPolicy
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
@@ -162,6 +163,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         access_log=settings.access_log,
         public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
         control_requests=control_requests(app.raw_routes, [route for router in routers for route in router.routes]),
+        cors=CorsPolicy.from_settings(settings),
     )
     return app
 

@@ -57,7 +57,11 @@ async def test_a_preflight_from_another_origin_is_refused_saying_why(make_settin
         refused = await client.options(CHAT, headers=preflight(STRANGER))
         other_port = await client.options(CHAT, headers=preflight("http://localhost:5174"))
         second = await client.options(CHAT, headers=preflight("http://localhost:5173"))
+        metrics = (await client.get("/metrics", headers=bearer(READ_KEY))).text.splitlines()
     assert refused.status_code == 403 and other_port.status_code == 403 and second.status_code == 204
+    assert 'gateway_requests_total{route="preflight",status="403"} 2.0' in metrics
+    assert 'gateway_requests_total{route="preflight",status="204"} 1.0' in metrics
+    assert 'gateway_rejected_total{reason="cors"} 2.0' in metrics
     assert refused.json()["error"]["code"] == "cors_origin_not_allowed"
     assert STRANGER in refused.json()["error"]["message"] and "CORS_ORIGINS" in refused.json()["error"]["message"]
     assert cors_headers(refused) == {}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh (`make run`): the whole stack on this machine. Creates both environments, builds the
 # embedded model if needed, starts the vLLM engine (launch_vllm.sh) and the gateway, prints how
-# to call it. Ctrl-C stops both.
+# to call it. Ctrl-C (or SIGTERM) stops both, the gateway first, and exits 0; a second Ctrl-C
+# while they stop kills them at once.
 #
 #   GATEWAY_HOST / GATEWAY_PORT  where the gateway listens [127.0.0.1 / 8000]
 #   VLLM_HOST / VLLM_PORT        where the engine listens [127.0.0.1 / 8001]
@@ -12,6 +13,7 @@
 #   VLLM_API_KEY                 engine <-> gateway secret [random per run]
 #   DATABASE_URL                 [sqlite+aiosqlite:///<repo>/data/stack.db]
 #   SEED_DEMO_DATA               [true]
+#   GATEWAY_START_TIMEOUT        seconds the gateway may take to report ready [60]
 #   Everything launch_vllm.sh reads (MODEL, MAX_MODEL_LEN, ...) and the gateway reads
 #   (API_KEYS, SESSION_STORE, ...) passes through.
 set -euo pipefail
@@ -26,9 +28,9 @@ export VLLM_PORT="${VLLM_PORT:-8001}"
 export ENGINE_COUNT="${ENGINE_COUNT:-1}"
 DATA_DIR="$ROOT/data"
 LOG_DIR="$DATA_DIR/logs"
-GATEWAY_START_TIMEOUT=60
+GATEWAY_START_TIMEOUT="${GATEWAY_START_TIMEOUT:-60}"
 
-log() { printf '[run] %s\n' "$*" >&2; }
+log() { printf '[run] %s\n' "$*" >&2 || true; }  # never fails: after SIGHUP the terminal may be gone
 die() { printf 'run.sh: error: %s\n' "$*" >&2; exit 1; }
 
 scripts/setup_gateway_env.sh
@@ -43,10 +45,19 @@ GATEWAY_PID=""
 
 alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
 
-# Gateway first (it drains its streams), then the engine; wait for both.
+# The engine and the gateway each run in a process group of their own (job control on just for
+# the `&`), so the terminal's Ctrl-C, which goes to the whole foreground group, reaches make and
+# this script only, and this script stops them in order. When every process got the SIGINT at
+# once, the engine stopped under the gateway that was still draining its streams, and
+# launch_vllm.sh, which cannot trap SIGINT as a background job, reported "engine stopped
+# unexpectedly". Their stdin is /dev/null: a background group reading the terminal is stopped.
+in_own_group() { set -m; "$@" </dev/null & set +m; }
+
+# Gateway first (it drains its streams while the engine still answers), then the engine; wait for
+# both. A signal during the stop ends both at once (their whole process groups).
 # shellcheck disable=SC2317  # runs from traps
 stop_all() {
-    trap - INT TERM
+    trap stop_now INT TERM HUP
     if alive "$GATEWAY_PID"; then
         log "stopping the gateway"
         kill -TERM "$GATEWAY_PID" 2>/dev/null || true
@@ -59,9 +70,20 @@ stop_all() {
     fi
 }
 # shellcheck disable=SC2317
-on_signal() { stop_all; log "stopped"; exit 0; }
+stop_now() {
+    log "stopping at once"
+    local pid
+    for pid in "$GATEWAY_PID" "$LAUNCHER_PID"; do
+        if [[ -n "$pid" ]]; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+    done
+    for pid in "$GATEWAY_PID" "$LAUNCHER_PID"; do
+        if [[ -n "$pid" ]]; then wait "$pid" 2>/dev/null || true; fi
+    done
+}
+# shellcheck disable=SC2317
+on_signal() { stop_all; trap - EXIT; log "stopped"; exit 0; }
 trap stop_all EXIT
-trap on_signal INT TERM
+trap on_signal INT TERM HUP
 
 pause() { sleep "$1" & wait $! || true; }
 
@@ -84,7 +106,7 @@ else
     for ((i = 0; i < ENGINE_COUNT; i++)); do ENGINE_URLS+=("http://$probe_host:$((VLLM_PORT + i))"); done
     VLLM_BASE_URL="${ENGINE_URLS[0]}"
     # One engine logs to engine.log; a fleet's engines to engine-PORT.log each.
-    ENGINE_LOG="$LOG_DIR/engine.log" ENGINE_LOG_TO_STDOUT=false ./launch_vllm.sh &
+    in_own_group env ENGINE_LOG="$LOG_DIR/engine.log" ENGINE_LOG_TO_STDOUT=false ./launch_vllm.sh
     LAUNCHER_PID=$!
     for url in "${ENGINE_URLS[@]}"; do
         until http_ok "$url/health"; do
@@ -107,7 +129,7 @@ fi
 export DATABASE_URL="${DATABASE_URL:-sqlite+aiosqlite:///$DATA_DIR/stack.db}"
 export SEED_DEMO_DATA="${SEED_DEMO_DATA:-true}"
 log "starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT (database: $DATABASE_URL)"
-HOST="$GATEWAY_HOST" PORT="$GATEWAY_PORT" "$GATEWAY_VENV/bin/stack-gateway" &
+in_own_group env HOST="$GATEWAY_HOST" PORT="$GATEWAY_PORT" "$GATEWAY_VENV/bin/stack-gateway"
 GATEWAY_PID=$!
 
 case "$GATEWAY_HOST" in 0.0.0.0 | "") gateway_probe=127.0.0.1 ;; *) gateway_probe="$GATEWAY_HOST" ;; esac
@@ -119,8 +141,16 @@ until http_ok "$GATEWAY_URL/readyz"; do
     pause 0.5
 done
 
-model="$(curl -fsS --max-time 5 "$GATEWAY_URL/health" \
-    | "$VPY" -c 'import json, sys; print(json.load(sys.stdin)["model_path"])')"
+# /health names the model only to a caller with a key: send the first key given in clear (on
+# stdin, so it stays out of `ps`); with hashed keys only, the example shows a placeholder.
+health_key=""
+IFS=',' read -r -a given_keys <<<"${ADMIN_API_KEYS:-},${API_KEYS:-}"
+for key in "${given_keys[@]}"; do
+    key="${key//[[:space:]]/}"
+    if [[ -n "$key" && "$key" != sha256:* ]]; then health_key="$key"; break; fi
+done
+model="$(curl -fsS --max-time 5 -H @- "$GATEWAY_URL/health" <<<"${health_key:+Authorization: Bearer $health_key}" \
+    | "$VPY" -c 'import json, sys; print(json.load(sys.stdin).get("model_path") or "<model>")')"
 auth=""
 if [[ -n "${API_KEYS:-}${ADMIN_API_KEYS:-}" ]]; then auth=" -H 'Authorization: Bearer <one of API_KEYS>'"; fi
 request="{\"model\": \"$model\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 32}"

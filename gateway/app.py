@@ -32,10 +32,11 @@ from gateway.engines.state import EngineState
 from gateway.features import FeatureFactory, installed_features, selected
 from gateway.http.admission import Admission
 from gateway.http.auth import KeyRing
+from gateway.http.cors import CorsPolicy
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
-from gateway.http.raw_routes import RawRoute, RawRouter, document_raw_routes, register_shapes
+from gateway.http.raw_routes import RawRoute, RawRouter, control_requests, document_raw_routes, register_shapes
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.routes import AnthropicMessages
 from gateway.protocols.codegen.routes import codegen_router
@@ -148,13 +149,10 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     # The engine API: one table (protocols.common.table), each protocol serving its rows.
     app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
     register_shapes(shapes, app.raw_routes)
-    app.include_router(engine_api.refusals(shapes))
-    app.include_router(health_router(core))
-    app.include_router(sessions_router(sessions))
-    app.include_router(codegen_router(core))
-    for feature in plugged:
-        if feature.router is not None:
-            app.include_router(feature.router)
+    routers = [engine_api.refusals(shapes), health_router(core), sessions_router(sessions), codegen_router(core)]
+    routers += [feature.router for feature in plugged if feature.router is not None]
+    for router in routers:
+        app.include_router(router)
     app.gateway_middleware = dict(
         keyring=KeyRing.from_settings(settings),
         admission=admission,
@@ -164,6 +162,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,
         access_log=settings.access_log,
         public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
+        control_requests=control_requests(app.raw_routes, [route for router in routers for route in router.routes]),
+        cors=CorsPolicy.from_settings(settings),
     )
     return app
 

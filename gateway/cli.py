@@ -28,6 +28,11 @@ def main() -> None:
         )
     elif not settings.auth_enabled:
         log.warning("no API key configured: authentication is off; listening on loopback only")
+    if settings.cors_origins and not settings.auth_enabled:
+        # Without keys (loopback only), a page allowed by CORS_ORIGINS and opened in a browser on
+        # this machine needs nothing more to use the gateway; with "*", any page can.
+        log.warning("CORS_ORIGINS is set but no API key is: pages of %s opened on this machine can use the "
+                    "gateway without a key", ", ".join(settings.cors_origins))
     uvicorn.run(
         "gateway.app:create_app",
         factory=True,

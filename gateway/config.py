@@ -9,6 +9,7 @@ that compose.yaml only sets variables the gateway or a feature reads.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
@@ -92,6 +93,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # Open connections per worker beyond which the server answers 503 before reading a request.
     max_connections: int = Field(4096, ge=16)
+    # Web pages of these origins may call the gateway from a browser (CORS; gateway.http.cors):
+    # exact origins ("https://app.example.com", "http://localhost:5173"), or "*" alone for any
+    # page. Empty: no CORS headers at all (browsers allow only same-origin pages).
+    cors_origins: CommaList = Field(default_factory=list)
 
     # --- code-generation API (Stack 2.9 contract) ----------------------------
     default_max_tokens: int = Field(512, ge=1, le=4096)
@@ -143,7 +148,7 @@ class Settings(BaseSettings):
     features: CommaList = Field(default_factory=lambda: ["all"])
 
     @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes",
-                     "vllm_base_urls", mode="before")
+                     "vllm_base_urls", "cors_origins", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
@@ -156,6 +161,13 @@ class Settings(BaseSettings):
             raise ValueError(f"ENGINE_ADMIN_ROUTES may only name {', '.join(ADMIN_CAPABLE_ROUTES)}; "
                              f"got {', '.join(unknown)}")
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        if "*" in value and len(value) > 1:
+            raise ValueError("CORS_ORIGINS is either '*' alone (any page) or a list of origins, not both")
+        return value if value == ["*"] else [normal_origin(origin) for origin in value]
 
     @field_validator("vllm_base_url", "vllm_dns_url")
     @classmethod
@@ -184,6 +196,31 @@ class Settings(BaseSettings):
     @property
     def effective_sessions_database_url(self) -> str:
         return self.sessions_database_url or self.database_url
+
+
+_ORIGIN = re.compile(r"^(https?)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def normal_origin(origin: str) -> str:
+    """An origin as browsers send it in ``Origin``: scheme and host in lower case, no default port.
+
+    Anything else (a path, a trailing slash, a wildcard inside a name, ``null``) is refused with
+    the reason, since it could never match and would fail silently.
+    """
+    if origin == "null":
+        raise ValueError("CORS_ORIGINS may not name 'null': sandboxed frames and file: pages all send it, "
+                         "so any page could claim it")
+    found = _ORIGIN.match(origin)
+    if found is None:
+        raise ValueError(f"CORS_ORIGINS entries are origins: scheme://host[:port], without a path or a trailing "
+                         f"slash (e.g. https://app.example.com); got {origin!r}")
+    scheme, host, port = found.group(1).lower(), found.group(2).lower(), found.group(3)
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ValueError(f"CORS_ORIGINS: {origin!r} has no valid port")
+    if port is None or port == _DEFAULT_PORTS[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{int(port)}"
 
 
 def is_loopback(host: str) -> bool:

@@ -1,12 +1,31 @@
-"""Admission control: a global and a per-key cap on requests in flight.
+"""Admission control: a global and a per-key cap on requests in flight, and which requests are control.
 
 Plain counters, no locks: everything runs on one event loop and
 ``try_enter``/``leave`` never await, so they are atomic with respect to it.
 A request beyond either cap is refused at once (429 + Retry-After) rather than
 queued, so clients back off instead of piling latency onto the engine.
+
+Control requests (cancel a generation, look at its state, delete a stored response) start
+no generation and free capacity rather than take it, so they must not be refused because
+the key is at its cap: a client at ``MAX_INFLIGHT_PER_KEY`` has to be able to stop its own
+stream. They are admitted in a pool of their own, of the same sizes (``ControlRequests``
+says which requests those are, from the routes' own declarations), so they stay bounded
+and cannot crowd out generations either. They are still authenticated and owner-checked
+like every other request.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gateway.http.errors import GatewayError
+
+# ``openapi_extra`` of a FastAPI route that is a control request (raw routes say ``control=True``);
+# it also shows in the OpenAPI document, so clients can see which routes are never refused for
+# being at the in-flight cap.
+CONTROL_EXTRA = {"x-admission": "control"}
+_PARAM = re.compile(r"{[a-zA-Z_][a-zA-Z0-9_]*}")
 
 
 class Admission:
@@ -34,3 +53,35 @@ class Admission:
             self._per_key[key_id] = held
         else:
             del self._per_key[key_id]  # keeps the map bounded by keys actually in flight
+
+
+def too_many_requests(reason: str) -> GatewayError:
+    """The 429 of a refusal by admission control."""
+    return GatewayError(429, reason, code="too_many_requests", headers={"retry-after": "1"})
+
+
+class ControlRequests:
+    """Which requests are control requests: (method, path template) pairs, e.g. ("POST", "/v1/cancel/{id}").
+
+    Asked by the middleware before routing, for every authenticated request; one compiled
+    pattern per method keeps that to a dict lookup and one regex match.
+    """
+
+    def __init__(self, routes: Iterable[tuple[str, str]] = ()) -> None:
+        by_method: dict[str, list[str]] = {}
+        for method, template in routes:
+            by_method.setdefault(method, []).append(_template_pattern(template))
+        self._patterns = {method: re.compile("|".join(f"(?:{p})" for p in patterns))
+                          for method, patterns in by_method.items()}
+
+    def matches(self, method: str, path: str) -> bool:
+        pattern = self._patterns.get(method)
+        return pattern is not None and pattern.fullmatch(path) is not None
+
+
+def _template_pattern(template: str) -> str:
+    pattern, position = "", 0
+    for found in _PARAM.finditer(template):
+        pattern += re.escape(template[position:found.start()]) + "[^/]+"
+        position = found.end()
+    return pattern + re.escape(template[position:])

@@ -5,7 +5,12 @@ BaseHTTPMiddleware would, costing time per chunk and hiding disconnects). It
 touches exactly one response message, the start (to add headers); body chunks
 pass straight through. Refusals are written in the error shape of the route
 family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
-Bearer`` or ``x-api-key`` (``http.auth``).
+Bearer`` or ``x-api-key`` (``http.auth``). Control requests (``http.admission.ControlRequests``:
+cancels, state lookups) are admitted in a pool of their own, so a key at its in-flight cap can
+still stop its generations. A public path needs no key, but a valid key sent to one is still
+recognised (``/health`` shows its details only to callers it knows). With ``CORS_ORIGINS``
+set, a browser's preflight is answered first, before the body limit, auth and admission (it
+carries no key), and answers to allowed origins say so (``http.cors``).
 
 A request that returns without starting a response is one whose client left
 first: it is counted and logged as 499 (nginx's "client closed request"), so
@@ -22,8 +27,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.admission import Admission
+from gateway.http.admission import Admission, ControlRequests, too_many_requests
 from gateway.http.auth import API_KEY_HEADER, LOCAL_PRINCIPAL, MISSING_KEY, KeyRing, request_keys
+from gateway.http.cors import PREFLIGHT, CorsPolicy, is_preflight
 from gateway.http.errors import ErrorShapes, GatewayError
 from gateway.http.logs import request_id_var
 from gateway.http.metrics import Metrics
@@ -58,10 +64,16 @@ class GatewayMiddleware:
         metrics_require_auth: bool,
         access_log: bool = True,
         public_paths: frozenset[str] = frozenset(),
+        control_requests: ControlRequests | None = None,
+        cors: CorsPolicy | None = None,
     ) -> None:
         self.app = app
         self.keyring = keyring
         self.admission = admission
+        self.control_requests = control_requests or ControlRequests()
+        # Same sizes as the requests' pool, counted apart (see gateway.http.admission).
+        self.control_admission = Admission(max_inflight=admission.max_inflight,
+                                           max_inflight_per_key=admission.max_inflight_per_key)
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         # ``public_paths``: exact paths features serve without a key (the playground's files).
@@ -69,6 +81,7 @@ class GatewayMiddleware:
         self.public = public if metrics_require_auth else public | {"/metrics"}
         self.access_log = access_log
         self.error_shapes = error_shapes
+        self.cors = cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,7 +89,7 @@ class GatewayMiddleware:
             return
 
         started = time.perf_counter()
-        authorization = api_key = request_id = content_length = None
+        authorization = api_key = request_id = content_length = origin = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
@@ -86,6 +99,8 @@ class GatewayMiddleware:
                 request_id = value.decode("latin-1")
             elif name == b"content-length":
                 content_length = value
+            elif name == b"origin":
+                origin = value
         if request_id is None or not REQUEST_ID_OK.match(request_id):
             request_id = new_request_id()
         token = request_id_var.set(request_id)
@@ -98,6 +113,7 @@ class GatewayMiddleware:
         status_holder: list[int | None] = [None]
         metrics = self.metrics
         rid_header = (b"x-request-id", request_id.encode())
+        cors_headers = self.cors.response_headers(origin) if self.cors is not None else ()
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -107,30 +123,42 @@ class GatewayMiddleware:
                 headers = list(message.get("headers", ()))
                 headers.append(rid_header)
                 headers.append((b"x-gateway-added-ms", f"{added * 1000:.3f}".encode()))
+                headers.extend(cors_headers)
                 message = {**message, "headers": headers}
             await send(message)
 
         path = scope["path"]
         key_id = "-"
-        admitted = False
+        admitted: Admission | None = None  # the pool that admitted the request
         try:
-            refusal = self._check_body_size(content_length)
+            if self.cors is not None and is_preflight(scope):
+                scope["route"] = PREFLIGHT
+                headers = self.cors.preflight_headers(origin, scope)
+                if headers is not None:
+                    # Straight to the server: the preflight's own headers, not an actual answer's.
+                    status_holder[0] = 204
+                    await send({"type": "http.response.start", "status": 204, "headers": headers})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+                refusal = self._refused_origin(origin)
+            else:
+                refusal = self._check_body_size(content_length)
             if refusal is None and path not in self.public:
                 principal, refusal = self._authenticate(authorization, api_key)
                 if principal is not None:
                     state["principal"] = principal
                     key_id = principal.key_id
                     if path != "/metrics":
-                        reason = self.admission.try_enter(key_id)
+                        pool = self.control_admission if self.control_requests.matches(scope["method"], path) \
+                            else self.admission
+                        reason = pool.try_enter(key_id)
                         if reason is None:
-                            admitted = True
+                            admitted = pool
                         else:
                             metrics.rejected.labels("admission").inc()
-                            refusal = GatewayError(
-                                429, reason, code="too_many_requests", headers={"retry-after": "1"}
-                            )
+                            refusal = too_many_requests(reason)
             elif refusal is None:
-                state["principal"] = None
+                state["principal"] = self._recognise(authorization, api_key)
             if refusal is not None:
                 await self.error_shapes.send(path, refusal, send_with_headers)
                 return
@@ -140,8 +168,8 @@ class GatewayMiddleware:
             if status_holder[0] is None:
                 status_holder[0] = CLIENT_CLOSED_REQUEST
         finally:
-            if admitted:
-                self.admission.leave(key_id)
+            if admitted is not None:
+                admitted.leave(key_id)
             if status_holder[0] is None:
                 status_holder[0] = 500  # the app raised before answering
             elapsed = time.perf_counter() - started
@@ -179,6 +207,26 @@ class GatewayMiddleware:
                 401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"}
             )
         return principal, None
+
+    def _refused_origin(self, origin: bytes | None) -> GatewayError:
+        """A preflight from an origin CORS_ORIGINS does not name: 403, without CORS headers, saying why."""
+        self.metrics.rejected.labels("cors").inc()
+        shown = (origin or b"(none)").decode("latin-1")[:200]
+        return GatewayError(403, f"origin {shown} may not call this gateway from a browser (CORS_ORIGINS)",
+                            code="cors_origin_not_allowed")
+
+    def _recognise(self, authorization: bytes | None, api_key: bytes | None) -> Any:
+        """On a public path: the caller's principal if it sent a valid key (or no keys are configured), else None.
+
+        Never a refusal: a public path answers everyone, only what it shows may differ.
+        """
+        if not self.keyring.enabled:
+            return LOCAL_PRINCIPAL
+        for key in request_keys(authorization, api_key):
+            principal = self.keyring.authenticate(key)
+            if principal is not None:
+                return principal
+        return None
 
     def _check_body_size(self, content_length: bytes | None) -> GatewayError | None:
         if content_length is None:

@@ -24,8 +24,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.http.admission import CONTROL_EXTRA, ControlRequests
 from gateway.http.errors import ErrorShape, ErrorShapes, GatewayError, send_error
 
 log = logging.getLogger("gateway.routes")
@@ -55,6 +57,7 @@ class RawRoute:
     description: str = ""
     request_schema: dict[str, Any] | None = None  # OpenAPI schema of a JSON body, for /docs only
     streams: bool = False          # may answer text/event-stream
+    control: bool = False          # a control request: admitted in its own pool (gateway.http.admission)
     label: RouteLabel = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +129,15 @@ class RawRouter:
             await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), send)
 
 
+def control_requests(raw_routes: list[RawRoute], routes: list[Any]) -> ControlRequests:
+    """The control requests among the raw routes (``control``) and FastAPI's (``openapi_extra=CONTROL_EXTRA``)."""
+    pairs = [(route.method, path) for route in raw_routes if route.control for path in route.paths]
+    for route in routes:
+        if isinstance(route, APIRoute) and (route.openapi_extra or {}).items() >= CONTROL_EXTRA.items():
+            pairs += [(method, route.path) for method in route.methods]
+    return ControlRequests(pairs)
+
+
 def register_shapes(shapes: ErrorShapes, routes: list[RawRoute]) -> None:
     """Make every declared path's errors, refusals included, leave in its route's shape."""
     for route in routes:
@@ -158,6 +170,8 @@ def document_raw_routes(schema: dict, routes: list[RawRoute]) -> dict:
             }
             if route.description:
                 operation["description"] = route.description
+            if route.control:
+                operation.update(CONTROL_EXTRA)
             if path != route.path:
                 operation["description"] = (operation.get("description", "") + f"\n\nSame as {route.path}.").strip()
             parameters = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}

@@ -6,15 +6,20 @@ readiness details; it always answers 200 while the gateway lives. ``/readyz`` an
 generation: they read the engine state, which is refreshed with a short timeout when
 older than a second.
 
-``engines`` lists every engine of the fleet: its address (credentials stripped), whether it
-is ready and whether it is ejected after a failure, its models, its load (from its
-``/metrics`` and this gateway's own open requests) and its last error as a short kind
-(``refused``, ``stalled``, ``http_503``, ...), never the error's text: ``/health`` is public.
+Both are public (probes send no key), so what they show depends on who asks. A caller the
+gateway knows (any valid key, or anyone when no key is configured and the gateway serves
+loopback only) gets the details: the model, the device, ``engines`` (every engine of the
+fleet: its address with credentials stripped, readiness, ejection, models, load from its
+``/metrics`` and this gateway's open requests, its last error as a short kind such as
+``refused``, ``stalled``, ``http_503``) and the engine's last error. Anyone else gets the
+status alone (``public_health``/``public_readiness``): no model names, no addresses, no
+error text, nothing that maps the deployment for a stranger. The same rule as
+``/metrics``, which also names engines and needs a key.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.core import Core
@@ -45,24 +50,41 @@ def health_router(core: Core) -> APIRouter:
             "engines": [describe(member) for member in engine.engines],
         }
 
-    @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape)")
-    async def health() -> dict:
-        return await engine_status()
+    @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape; details with a key)")
+    async def health(request: Request) -> dict:
+        status = await engine_status()
+        return status if knows(request) else public_health(status["ready"])
 
     @router.get("/livez", summary="Liveness: the gateway process answers")
     async def livez() -> dict:
         return {"status": "alive"}
 
-    @router.get("/readyz", summary="Readiness: 200 only when the engine is ready")
-    async def readyz() -> Response:
+    @router.get("/readyz", summary="Readiness: 200 only when the engine is ready (details with a key)")
+    async def readyz(request: Request) -> Response:
         status = await engine_status()
-        return JSONResponse(status, status_code=200 if status["ready"] else 503)
+        body = status if knows(request) else public_readiness(status["ready"])
+        return JSONResponse(body, status_code=200 if status["ready"] else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
         return Response(core.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return router
+
+
+def knows(request: Request) -> bool:
+    """Whether the caller sent a valid key (the middleware recognises one even on a public path)."""
+    return request.scope.get("state", {}).get("principal") is not None
+
+
+def public_health(ready: bool) -> dict:
+    """/health for a caller without a key: alive, and whether a model is loaded (Stack 2.9 clients read that bit)."""
+    return {"status": "healthy", "model_loaded": ready, "ready": ready}
+
+
+def public_readiness(ready: bool) -> dict:
+    """/readyz for a caller without a key: the status its HTTP status already says, nothing more."""
+    return {"status": "ok" if ready else "unavailable"}
 
 
 def describe(engine: Engine) -> dict:

@@ -17,6 +17,11 @@
 
 A response belongs to the API key that created it: any other key gets 404, for every route
 and for ``previous_response_id``.
+
+Retrieve, cancel and delete are control requests (``gateway.http.admission``): a key at its
+in-flight cap can still look at and stop its background runs. Following a run's events
+(``?stream=true``) holds a connection for as long as the run lasts, so that one takes a
+request slot of its key like any stream.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
+from gateway.http.admission import too_many_requests
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.middleware import SERVER_SEND
 from gateway.http.raw_routes import RawRoute
@@ -151,11 +157,19 @@ class ResponsesAPI:
         stream = request.query_params.get("stream", "false").lower()
         if stream not in ("true", "false", "1", "0"):
             raise GatewayError(400, "'stream' must be true or false", param="stream")
-        if stream in ("true", "1"):
+        if stream not in ("true", "1"):
+            await _json((await self._settled(record)).body)(scope, receive, send)
+            return
+        admission = self.core.admission
+        refusal = admission.try_enter(owner)
+        if refusal is not None:
+            self.core.metrics.rejected.labels("admission").inc()
+            raise too_many_requests(refusal)
+        try:
             response = await self._replay(record, request.query_params.get("starting_after"))
-        else:
-            response = _json((await self._settled(record)).body)
-        await response(scope, receive, send)
+            await response(scope, receive, send)
+        finally:
+            admission.leave(owner)
 
     async def _replay(self, record: StoredResponse, starting_after: str | None) -> Response:
         if not record.background or self.sessions is None:
@@ -234,6 +248,7 @@ class ResponsesAPI:
                     ("POST", CANCEL): self.cancel, ("DELETE", ONE): self.delete}
         return table.bind(table.rows("responses"), handlers, error_shape=OPENAI_SHAPE, tags=TAGS,
                           extra=lambda row: {"streams": row.method != "DELETE" and row.path != CANCEL,
+                                             "control": row.path != RESPONSES_PATH,
                                              "request_schema": RESPONSES_SCHEMA if row.path == RESPONSES_PATH
                                              else None})
 

@@ -44,8 +44,10 @@ async function checkHealth() {
   try {
     const { data } = await requestJson("/health");
     const ready = Boolean(data.ready);
+    // Without a (valid) key /health says only whether the engine is ready: no model, no device.
+    const details = [data.model_path || "model loaded", data.device].filter(Boolean).join(" · ");
     gatewayStatus.textContent = ready
-      ? `Engine ready · ${data.model_path || "model loaded"} · ${data.device}`
+      ? `Engine ready · ${details}`
       : "Engine not ready yet: answers will fail until it is.";
     gatewayStatus.className = `gateway-status ${ready ? "ready" : "down"}`;
   } catch (error) {

@@ -10,7 +10,7 @@ import pytest
 from tests.gateway.sessions.test_storage import in_server
 from tests.support.bodies import stream_body as chat
 from tests.support.gateway import OTHER_KEY, READ_KEY, bearer, in_memory
-from tests.support.sse_client import fresh_client, read_stream
+from tests.support.sse_client import fresh_client, parse_sse, read_stream
 from tests.support.waiting import until
 
 
@@ -120,3 +120,29 @@ async def test_a_detached_generation_holds_an_admission_slot_until_it_ends(gatew
         after = await read_stream(client, "POST", "/v1/chat/completions", json=chat(2))
     assert while_running.status_code == 429
     assert after.status == 200
+
+
+async def test_a_key_at_its_cap_can_still_look_at_and_cancel_its_own_generation(gateway, fake_engine):
+    """Cancel and state are control requests: never refused for the cap they exist to free, still owner-checked."""
+    fake_engine.chunk_delay = 0.02
+    async with gateway(max_inflight_per_key=1, api_keys=[READ_KEY, OTHER_KEY]) as (base, app), \
+            fresh_client(base, headers=bearer(READ_KEY)) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=chat(2000, session_id="capped")) as stream:
+            lines = stream.aiter_lines()
+            first = [await anext(lines) for _ in range(3)]  # id, data, blank: the stream holds the key's one slot
+            refused = await client.post("/v1/chat/completions", json=chat(2, session_id="other"))
+            state = await client.get("/v1/sessions/capped")
+            foreign = await client.post("/v1/cancel/capped", headers=bearer(OTHER_KEY))
+            cancel = await client.post("/v1/cancel/capped")
+            rest = [line async for line in lines]
+        admission = app.state.gateway.admission
+        await until(lambda: admission.inflight == 0)
+        after = await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id="after"))
+    assert refused.status_code == 429  # a second generation is still refused
+    assert state.status_code == 200 and state.json()["status"] == "live"
+    assert foreign.status_code == 404  # another key's session does not exist for it
+    assert cancel.status_code == 200 and cancel.json()["cancelled"] is True
+    events, _ = parse_sse(first + rest)
+    assert events[-1].done and events[-2].json["choices"][0]["finish_reason"] == "cancelled"
+    assert len(events) < 100  # the cancel ended it, not its 2000 tokens
+    assert after.status == 200 and after.dones == 1

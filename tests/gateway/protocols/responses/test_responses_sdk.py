@@ -7,6 +7,7 @@ or with the engine answering the same request directly.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 
@@ -14,7 +15,17 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.protocols.conftest import KEY_A, KEY_B, RUNNING, engine_post, headers, wait_for_metric
+from gateway.app import create_app
+from tests.gateway.protocols.conftest import (
+    KEY_A,
+    KEY_B,
+    RUNNING,
+    engine_post,
+    headers,
+    surface_settings,
+    wait_for_metric,
+)
+from tests.support.servers import run_uvicorn
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
@@ -213,3 +224,42 @@ def test_a_streaming_client_that_leaves_aborts_the_engine(gateway_url, idle_vllm
         assert any(line.startswith("event: response.output_text.delta") for line in seen)
         assert engine.metrics()[RUNNING] >= 1
     wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=5)
+
+
+def test_a_key_at_its_cap_can_still_look_at_cancel_and_delete_its_background_runs(idle_vllm_engine, tmp_path):
+    """Retrieve, cancel and delete free capacity, so admission never refuses them; following the events is a stream
+    and counts."""
+    engine = idle_vllm_engine
+    settings = surface_settings(engine, tmp_path, max_inflight_per_key=3)
+    with run_uvicorn(create_app(settings)) as url, httpx.Client(base_url=url, headers=headers(), timeout=60) as http:
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key=KEY_A, max_retries=0)
+        # Each run holds a slot of its key until it ends (its create one more while it is answered).
+        first, second = (sdk.responses.create(**greedy(engine, 8000), background=True) for _ in range(2))
+        chat = {"model": engine.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8000,
+                "ignore_eos": True, "stream": True}
+
+        @contextlib.contextmanager
+        def held_stream():  # a streamed chat completion read up to its first event: one more slot, held
+            with http.stream("POST", "/v1/chat/completions", json=chat) as stream:
+                lines = stream.iter_lines()  # kept: a dropped iterator would close the response
+                assert stream.status_code == 200 and next(lines).startswith(("id:", "data:"))
+                yield
+
+        with held_stream():  # the key is at its cap
+            with pytest.raises(openai.RateLimitError):
+                sdk.responses.create(**greedy(engine, 4))
+            with pytest.raises(openai.RateLimitError):
+                list(sdk.responses.retrieve(first.id, stream=True))
+            looked = sdk.responses.retrieve(first.id)
+            with pytest.raises(openai.NotFoundError):  # still owner-checked
+                openai.OpenAI(base_url=url + "/v1", api_key=KEY_B, max_retries=0).responses.cancel(first.id)
+            cancelled = sdk.responses.cancel(first.id)
+            with held_stream():  # at the cap again
+                sdk.responses.delete(second.id)  # a running one is cancelled first
+                after = sdk.responses.create(**greedy(engine, 4))  # the slots they held are free again
+            with pytest.raises(openai.NotFoundError):
+                sdk.responses.retrieve(second.id)
+    wait_for_metric(engine, RUNNING, lambda v: v == 0)
+    assert looked.status in ("queued", "in_progress")
+    assert cancelled.status == "cancelled"
+    assert after.usage.output_tokens == 4

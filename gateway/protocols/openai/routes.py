@@ -58,7 +58,12 @@ class OpenAIRelay:
         payload = parse_body(raw)
         ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
         response: Response
-        resume_from = resume_value(request.headers, request.query_params) if path == CHAT_PATH else None
+        resume_from = None
+        # Headers and query parameters parsed only when a resume may be asked for (a Starlette
+        # Headers and QueryParams per request were a measurable part of a non-streamed one).
+        asks_resume = scope["query_string"] or any(name == b"last-event-id" for name, _ in scope["headers"])
+        if path == CHAT_PATH and asks_resume:
+            resume_from = resume_value(request.headers, request.query_params)
         if resume_from is not None and core.streams.resumable:
             # The same POST with Last-Event-ID: a replay from the session's log, no engine needed.
             session_id = payload.get("session_id")

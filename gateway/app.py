@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
     register_shapes(shapes, app.raw_routes)
     app.include_router(engine_api.refusals(shapes))
-    app.include_router(health_router(core))
+    app.include_router(health_router(core, features=plugged))
     app.include_router(sessions_router(sessions))
     app.include_router(codegen_router(core))
     for feature in plugged:

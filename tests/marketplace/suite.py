@@ -10,7 +10,8 @@ only when ``database_url`` is in its fixture closure, however indirectly it gets
 drops the rest, which would only run the same code twice.
 
 The other half is a check that fails: a test of this folder whose closure holds
-``database_url`` while its module has no twin stops the collection, naming it. A test that
+``database_url`` (and no PostgreSQL fixture: then it runs there already) while its module
+has no twin stops the collection, naming it. A test that
 is about SQLite alone says so with ``@pytest.mark.sqlite_only("why")``.
 """
 
@@ -22,6 +23,8 @@ from types import ModuleType
 import pytest
 
 DATABASE_FIXTURE = "database_url"
+# A test that reaches one of these already runs on PostgreSQL.
+POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn", "postgres_database_url", "stoppable_postgres"})
 TWIN_SUFFIX = "_postgres"
 RERUN_OF = "__rerun_of__"  # set in a twin module: the name of the module it re-runs
 
@@ -47,13 +50,15 @@ def sort_items(config: pytest.Config, items: list[pytest.Item], *, folder: Path 
         if path.parent != folder.resolve() or not path.name.startswith("test_"):
             kept.append(item)
             continue
-        uses_database = DATABASE_FIXTURE in getattr(item, "fixturenames", ())
+        fixtures = set(getattr(item, "fixturenames", ()))
+        uses_database = DATABASE_FIXTURE in fixtures
         sqlite_only = item.get_closest_marker("sqlite_only") is not None
         module = getattr(item, "module", None)
         if module is not None and hasattr(module, RERUN_OF):
             (kept if uses_database and not sqlite_only else dropped).append(item)
             continue
-        if uses_database and not sqlite_only and not twin_path(path).exists():
+        on_postgres = bool(fixtures & POSTGRES_FIXTURES)
+        if uses_database and not (sqlite_only or on_postgres) and not twin_path(path).exists():
             missing.append(item.nodeid)
         kept.append(item)
     if missing:

@@ -77,6 +77,26 @@ def test_sqlite_pragma(client):
     assert client["database"] == "sqlite"
 """
 
+ON_POSTGRES = """
+import pytest
+
+from support import client, settings
+
+
+@pytest.fixture
+def postgres_database_url():  # stands for the real fixture of tests/support/postgres.py
+    return "postgresql"
+
+
+@pytest.fixture
+def database_url(postgres_database_url):
+    return postgres_database_url
+
+
+def test_on_postgres_already(client):
+    assert client["database"] == "postgresql"
+"""
+
 TWIN = """
 import pytest
 
@@ -103,7 +123,7 @@ def collect(folder: Path) -> subprocess.CompletedProcess:
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     for name, text in {"pytest.ini": "[pytest]\n", "conftest.py": CONFTEST, "support.py": SUPPORT,
-                       "test_shop.py": UNIT}.items():
+                       "test_shop.py": UNIT, "test_outage.py": ON_POSTGRES}.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
     return tmp_path
 
@@ -117,6 +137,7 @@ def test_a_twin_reruns_every_test_that_reaches_the_database_however_indirectly(f
         "test_shop.py::test_indirect", "test_shop.py::test_direct", "test_shop.py::test_pure",
         "test_shop.py::test_sqlite_pragma",
         "test_shop_postgres.py::test_indirect", "test_shop_postgres.py::test_direct",
+        "test_outage.py::test_on_postgres_already",
     }, done.stdout
     assert "2 deselected" in done.stdout
 
@@ -128,3 +149,4 @@ def test_a_database_test_without_a_twin_stops_the_collection_naming_it(folder):
     assert "would never run on PostgreSQL" in output
     assert "test_shop.py::test_indirect" in output and "test_shop.py::test_direct" in output
     assert "test_pure" not in output and "test_sqlite_pragma" not in output
+    assert "test_on_postgres_already" not in output  # a test of PostgreSQL's own needs no twin

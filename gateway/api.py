@@ -50,7 +50,9 @@ class Feature(Protocol):
     async def stop(self) -> None: ...
 
     def status(self) -> dict:
-        """``{"ready": bool, ...}``: whether the feature can serve now."""
+        """``{"ready": bool, ...}``: whether the feature can serve now (shown under ``features`` in
+        ``/health`` and ``/readyz``; a feature that is not ready leaves ``/readyz`` at 200: the
+        core still serves, and the feature answers its own routes meanwhile, with 503s)."""
 
 
 class Gateway:

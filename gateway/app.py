@@ -149,7 +149,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     # The engine API: one table (protocols.common.table), each protocol serving its rows.
     app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
     register_shapes(shapes, app.raw_routes)
-    routers = [engine_api.refusals(shapes), health_router(core), sessions_router(sessions), codegen_router(core)]
+    routers = [engine_api.refusals(shapes), health_router(core, features=plugged), sessions_router(sessions),
+               codegen_router(core)]
     routers += [feature.router for feature in plugged if feature.router is not None]
     for router in routers:
         app.include_router(router)

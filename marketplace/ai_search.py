@@ -23,11 +23,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api import Gateway
-from marketplace import extraction, paging
-from marketplace.criteria import SearchCriteria, normalise_terms
+from marketplace import extraction, geo, paging
+from marketplace.criteria import SearchCriteria
 from marketplace.cursor import CursorSigner
 from marketplace.gazetteer import Gazetteer, Place, normalise
-from marketplace.listing import NEARBY_RADIUS_KM, PRICE_SORTS, search_out
+from marketplace.listing import NEARBY_RADIUS_KM, criteria_from_parsed, search_origin, search_out
 from marketplace.query import STOP_WORDS, ParsedQuery, parse_query
 from marketplace.schemas import AISearchOut, AISearchRequest
 from marketplace.settings import MarketplaceSettings
@@ -143,10 +143,8 @@ def merge(rules: ParsedQuery, accepted: dict[str, Any], rejected: dict[str, str]
     in_stock = pick("in_stock", rules.in_stock, request_value=body.in_stock)
     if in_stock is None:
         in_stock, sources["in_stock"] = True, "default"
-    if place is not None:
-        sources["location"] = sources["place"]
-    else:
-        sources["location"] = "request" if body.location is not None else None
+    _, origin = origin_of(place, body=body)
+    sources["location"] = sources["place"] if origin == "place" else origin
     if radius_km is None and sources["location"] is not None:
         radius_km, sources["radius_km"] = NEARBY_RADIUS_KM, "default"
     sources["tags"] = "rules" if rules.tags else None
@@ -155,21 +153,16 @@ def merge(rules: ParsedQuery, accepted: dict[str, Any], rejected: dict[str, str]
     return merged, sources, rejected
 
 
+def origin_of(place: Place | None, *, body: AISearchRequest) -> tuple[geo.Point | None, str | None]:
+    """Where the search is centred (``listing.search_origin``: a place in the query wins over ``location``)."""
+    return search_origin(named_place=place.point if place is not None else None,
+                         request_location=body.location.point() if body.location is not None else None)
+
+
 def criteria_for(parsed: ParsedQuery, *, body: AISearchRequest) -> SearchCriteria:
-    location = parsed.place.point if parsed.place is not None else (body.location.point() if body.location else None)
-    return SearchCriteria(
-        terms=normalise_terms([*parsed.terms, *parsed.tags]),
-        min_price=parsed.min_price,
-        max_price=parsed.max_price,
-        category=parsed.category,
-        category_includes_parent=parsed.category is not None,
-        location=location,
-        radius_km=parsed.radius_km if location is not None else None,
-        in_stock=bool(parsed.in_stock),
-        limit=body.limit,
-        offset=body.offset,
-        sort=parsed.sort if parsed.sort in PRICE_SORTS else None,  # "nearest" is the default anyway
-    )
+    location, _ = origin_of(parsed.place, body=body)
+    return criteria_from_parsed(parsed, location=location, radius_km=None, in_stock=bool(parsed.in_stock),
+                                limit=body.limit, offset=body.offset)
 
 
 async def understand(*, gateway: Gateway, settings: MarketplaceSettings, gazetteer: Gazetteer,

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.api import BadGateway, EngineHTTPError
 from marketplace import geo, prompt
 from marketplace.errors import Conflict, Forbidden
-from marketplace.listing import criteria_from_parsed
+from marketplace.listing import criteria_from_parsed, search_origin
 from marketplace.models import Conversation, Message, utcnow
 from marketplace.query import parse_query
 from marketplace.schemas import ChatRequest
@@ -71,14 +71,13 @@ def new_session_id() -> str:
 
 
 def choose_location(*, parsed, request: ChatRequest, user) -> tuple[geo.Point | None, str | None]:
-    """Where to search from: a place named in the question, else the request's location, else the user's."""
-    if parsed.place is not None:
-        return parsed.place.point, "message"
-    if request.location is not None:
-        return request.location.point(), "request"
-    if user.lat is not None and user.lng is not None:
-        return geo.Point(user.lat, user.lng), "user"
-    return None, None
+    """Where to search from (``listing.search_origin``); a place named in the question is ``"message"``."""
+    point, source = search_origin(
+        named_place=parsed.place.point if parsed.place is not None else None,
+        request_location=request.location.point() if request.location is not None else None,
+        user_location=geo.Point(user.lat, user.lng) if user.lat is not None and user.lng is not None else None,
+    )
+    return point, "message" if source == "place" else source
 
 
 async def _recent_turns(session: AsyncSession, conversation_id: int) -> list[tuple[str, str]]:

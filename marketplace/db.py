@@ -23,6 +23,7 @@ from marketplace.geodesy import vincenty_km
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 1 << 30
 SQLITE_CACHE_KIB = 64 * 1024
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 
 
@@ -81,6 +82,9 @@ def create_engine(url: str, **kwargs) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    # asyncpg waits 60 s for a connection by default: a host that swallows packets would hold
+    # a request (or the start-up) that long before it could answer 503.
+    kwargs["connect_args"] = {"timeout": POSTGRES_CONNECT_TIMEOUT_SECONDS, **kwargs.get("connect_args", {})}
     return _create_async_engine(url, **kwargs)
 
 

@@ -27,6 +27,15 @@ class Forbidden(GatewayError):
         super().__init__(403, message, code="forbidden")
 
 
+class DatabaseUnavailable(GatewayError):
+    """503: the marketplace's database cannot serve now (``marketplace.availability``); try again later."""
+
+    def __init__(self, *, problem: str, starting: bool, retry_after: int) -> None:
+        state = "is not up yet" if starting else "is unavailable"
+        super().__init__(503, f"the marketplace's database {state} ({problem}); try again in {retry_after} s",
+                         code="database_unavailable", headers={"Retry-After": str(retry_after)})
+
+
 def invalid_field(location: str, field: str, message: str) -> RequestValidationError:
     """A 422 in FastAPI's own shape (``detail`` is a list naming ``loc``), for checks done by hand."""
     return RequestValidationError(

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.api import BadGateway, EngineHTTPError, EngineTimeout, EngineUnavailable, Gateway
 from marketplace import prompt, taxonomy
+from marketplace.models import PRICE_MAX
 from marketplace.query import MAX_RADIUS_KM
-from marketplace.schemas import PRICE_MAX
 from marketplace.settings import MarketplaceSettings
 
 log = logging.getLogger("marketplace.ai_search")

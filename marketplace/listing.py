@@ -35,6 +35,20 @@ NEARBY_RADIUS_KM = 50.0
 PRICE_SORTS = ("price_asc", "price_desc")
 
 
+def search_origin(*, named_place: geo.Point | None, request_location: geo.Point | None,
+                  user_location: geo.Point | None = None) -> tuple[geo.Point | None, str | None]:
+    """Where a natural-language search (chat, AI search) is centred, and what gave it.
+
+    The one rule for both: a place named in the question wins over the location the request
+    sends, which wins over the user's saved location. The second value says which won:
+    ``"place"``, ``"request"``, ``"user"``, or None when there is no location at all.
+    """
+    for point, source in ((named_place, "place"), (request_location, "request"), (user_location, "user")):
+        if point is not None:
+            return point, source
+    return None, None
+
+
 def supplier_summary(supplier: Supplier) -> SupplierSummary:
     return SupplierSummary(
         id=supplier.id,

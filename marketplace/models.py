@@ -41,6 +41,10 @@ CATEGORY_MAX = 64
 TAG_MAX = 40
 TAGS_MAX = 20
 ROLE_MAX = 16
+# Prices are whole rupiah from 0 to PRICE_MAX: what a product may cost, what a search may ask
+# for and what the query parser reads as a price. One trillion rupiah is far above any catalogue
+# item and far below BIGINT.
+PRICE_MAX = 10**12
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-numbers a column declared exactly INTEGER PRIMARY KEY.

@@ -7,7 +7,7 @@ Amounts: a number (``10``, ``1,5`` and ``1.5`` are decimals; ``10.000.000`` and 
 use thousand separators; ``1,500`` with no unit is 1500), optionally after ``Rp``/``Rp.``/``IDR``
 and before a unit: ``ribu``/``rb``/``rebu``/``k`` (x1,000), ``juta``/``jt`` (x1,000,000),
 ``miliar``/``milyar``/``M`` (x1,000,000,000), ``jutaan``/``ribuan`` ("2 jutaan" = 2,000,000 to
-2,999,999). Results are rounded to whole rupiah; above MAX_PRICE or negative is not a price.
+2,999,999). Results are rounded to whole rupiah; above PRICE_MAX or negative is not a price.
 An amount counts as a price when it has a unit or ``Rp``, thousand separators, or follows a
 bound word; lower-case ``m`` ("kabel 10m") and ``k`` under 10 ("tv 4k") need ``Rp`` or a bound
 word, and a bare number followed by a measure ("8 gb", "43 inch", "1.500 watt") never counts.
@@ -25,10 +25,10 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from marketplace.categories import match_phrase
 from marketplace.gazetteer import Gazetteer, Place, normalise
+from marketplace.models import PRICE_MAX
 
 MAX_QUERY_CHARS = 2000
 MAX_TERMS = 16
-MAX_PRICE = 10**15  # one quadrillion rupiah: far above any product, inside a 64-bit column
 AROUND_SPREAD = Decimal("0.2")
 
 STOP_WORDS = frozenset(
@@ -193,7 +193,7 @@ def _value(number: str, unit: str | None) -> int | None:
     if multiplier is None:  # IGNORECASE let a look-alike through: "MİLIAR" (dotted capital I)
         return None
     amount = _decimal(number, unit) * multiplier
-    if amount > MAX_PRICE:
+    if amount > PRICE_MAX:
         return None
     return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
@@ -230,7 +230,7 @@ def _apply(bounds: _Bounds, kind: str | None, value: int, unit: str | None) -> N
         bounds.uppers.append(int((Decimal(value) + spread).to_integral_value(ROUND_HALF_UP)))
     elif kind in (None, "neutral", "range") and unit and unit.lower() in _BAND_UNITS:
         bounds.lowers.append(value)
-        bounds.uppers.append(min(value + _MULTIPLIERS[unit.lower()] - 1, MAX_PRICE))
+        bounds.uppers.append(min(value + _MULTIPLIERS[unit.lower()] - 1, PRICE_MAX))
     else:  # upper bound words, and a bare price is a budget
         bounds.uppers.append(value)
 

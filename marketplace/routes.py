@@ -18,7 +18,7 @@ from marketplace import ai_search as ai_search_service
 from marketplace import catalog, chat, conversations, taxonomy, users
 from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.errors import invalid_field
-from marketplace.lifecycle import MarketplaceDep, SessionDep
+from marketplace.lifecycle import DatabaseRoute, MarketplaceDep, SessionDep
 from marketplace.listing import (
     compare_offers,
     hit_out,
@@ -56,7 +56,7 @@ from marketplace.schemas import (
 )
 from marketplace.streaming import stream_chat
 
-router = APIRouter(prefix="/api", tags=["marketplace"])
+router = APIRouter(prefix="/api", tags=["marketplace"], route_class=DatabaseRoute)  # outages: 503
 
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
@@ -183,7 +183,7 @@ async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp:
     """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
     gateway = mp.gateway
     options = dict(
-        session_factory=mp.db_sessions,
+        session_factory=mp.database(),
         gazetteer=mp.gazetteer,
         request=body,
         model=gateway.default_model,

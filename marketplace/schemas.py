@@ -33,11 +33,11 @@ from marketplace.models import (
     DESCRIPTION_MAX,
     EMAIL_MAX,
     NAME_MAX,
+    PRICE_MAX,
     TAG_MAX,
     TAGS_MAX,
 )
 
-PRICE_MAX = 10**12  # one trillion rupiah: far above any catalogue item, far below BIGINT
 STOCK_MAX = 10**9
 PREFERENCES_MAX_BYTES = 4096
 CHAT_MESSAGE_MAX = 4000

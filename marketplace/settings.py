@@ -5,7 +5,8 @@ Each field maps to the environment variable of the same name in upper case
 ``MARKETPLACE_DATABASE_URL`` names the marketplace's database; unset, it shares the
 gateway's ``DATABASE_URL`` (one SQLite file by default). ``SEED_DEMO_DATA`` loads the demo
 catalogue into an empty database at start-up. The ``AI_SEARCH_*`` settings decide whether and
-how ``POST /api/products/ai-search`` asks the engine to read a query.
+how ``POST /api/products/ai-search`` asks the engine to read a query. The ``MARKETPLACE_DB_*``
+settings say how long start-up waits for the database and how often it is retried while down.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ class MarketplaceSettings(BaseSettings):
     ai_search_timeout_seconds: float = Field(4.0, gt=0, le=60)
     # Room for the JSON answer (a real model needs 60-150 tokens; the schema bounds every field).
     ai_search_max_tokens: int = Field(300, ge=32, le=2048)
+
+    # A database that is down at start-up or later costs the marketplace only (marketplace.availability):
+    # how long the gateway's start waits for it, then how often it is tried again in the background.
+    marketplace_db_start_wait_seconds: float = Field(30.0, ge=0, le=600)
+    marketplace_db_retry_seconds: float = Field(0.5, gt=0, le=60)
+    marketplace_db_retry_max_seconds: float = Field(30.0, gt=0, le=600)
 
     def database_url(self, gateway_database_url: str) -> str:
         return self.marketplace_database_url or gateway_database_url

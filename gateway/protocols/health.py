@@ -2,7 +2,10 @@
 
 ``/health`` keeps the Stack 2.9 shape (``status``, ``model_loaded``, ...) and adds
 readiness details; it always answers 200 while the gateway lives. ``/readyz`` answers
-503 until an engine is ready, for load balancers. None of them ever waits on a
+503 until an engine is ready, for load balancers. ``features`` gives each feature's own
+``status()`` (``ready`` and what it says of itself); a feature that is not ready (the
+marketplace while its database is down) leaves ``/readyz`` at 200, since the core serves
+``/v1`` and the feature answers its own routes with 503s meanwhile. None of them ever waits on a
 generation: they read the engine state, which is refreshed with a short timeout when
 older than a second.
 
@@ -19,6 +22,9 @@ error text, nothing that maps the deployment for a stranger. The same rule as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
@@ -27,7 +33,15 @@ from gateway.engines.device import reported_device
 from gateway.engines.engine import Engine
 
 
-def health_router(core: Core) -> APIRouter:
+class ReportsStatus(Protocol):
+    """What readiness reads of a feature (``gateway.api.Feature``, which this layer may not import)."""
+
+    name: str
+
+    def status(self) -> dict: ...
+
+
+def health_router(core: Core, features: Sequence[ReportsStatus] = ()) -> APIRouter:
     router = APIRouter(tags=["health"])
 
     async def engine_status() -> dict:
@@ -48,6 +62,7 @@ def health_router(core: Core) -> APIRouter:
                 "error": engine.last_error,
             },
             "engines": [describe(member) for member in engine.engines],
+            "features": {feature.name: feature.status() for feature in features},
         }
 
     @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape; details with a key)")

@@ -17,6 +17,9 @@ from tests.marketplace.support import (
 # City centres from public references, independent of the gazetteer's data.
 SURABAYA = (-7.2575, 112.7521)
 
+# The app needs a database to start, but /api/places never reads it (the gazetteer is a file).
+pytestmark = pytest.mark.sqlite_only("/api/places reads the offline gazetteer, never the database")
+
 
 async def test_places_answers_the_best_match_first_with_its_coordinates(client):
     response = await client.get("/api/places", params={"q": "sura", "limit": 5}, headers=READ)

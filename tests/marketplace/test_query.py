@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from marketplace import taxonomy
 from marketplace.categories import PHRASES
 from marketplace.gazetteer import Gazetteer, normalise
-from marketplace.query import MAX_PRICE, MAX_TERMS, ParsedQuery, parse_price, parse_query
+from marketplace.models import PRICE_MAX
+from marketplace.query import MAX_TERMS, ParsedQuery, parse_price, parse_query
 
 JUTA = 1_000_000
 
@@ -79,7 +80,7 @@ def test_parse_price_reads_every_written_form(text, expected):
         "5-10 juta",
         "1..5 juta",
         "10 gb",
-        "9" * 30 + " juta",  # far above MAX_PRICE
+        "9" * 30 + " juta",  # far above PRICE_MAX
         "Rp 1.000.000.000.000.000.000",
         "5 mİliar",  # re.IGNORECASE matches the dotted capital I; it is still not a unit
         "x" * 5000,
@@ -95,7 +96,7 @@ def test_parse_price_returns_none_for_anything_else(text):
 @given(st.text(max_size=40))
 def test_parse_price_never_raises(text):
     value = parse_price(text)
-    assert value is None or (isinstance(value, int) and 0 <= value <= MAX_PRICE)
+    assert value is None or (isinstance(value, int) and 0 <= value <= PRICE_MAX)
 
 
 # --- bounds in queries -----------------------------------------------------------------------
@@ -438,7 +439,7 @@ def test_empty_and_blank_queries_parse_to_nothing():
 
 def _check_invariants(parsed: ParsedQuery) -> None:
     for price in (parsed.min_price, parsed.max_price):
-        assert price is None or (isinstance(price, int) and 0 <= price <= MAX_PRICE)
+        assert price is None or (isinstance(price, int) and 0 <= price <= PRICE_MAX)
     if parsed.min_price is not None and parsed.max_price is not None:
         assert parsed.min_price <= parsed.max_price
     assert len(parsed.terms) <= MAX_TERMS

@@ -188,7 +188,9 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
         got = await read_stream(client, "POST", "/test/chat", stop_after=3)  # the client leaves early
         assert got.status == 200, got.body
         await until(lambda: len(results) == 1)
-        await asyncio.sleep(0.1)
+        # Once the generation has left memory (ended, persisted, nobody following) nothing can call
+        # the hook again: then it must still have run once.
+        await until(lambda: in_memory(app) == 0)
     assert len(results) == 1
     assert results[0].how == "completed" and results[0].text == "".join(f"t{i} " for i in range(30))
 

@@ -7,9 +7,11 @@ tests/support/. A package's fast and integration tests sit side by side: the tie
 not a folder (``SERVICE_FIXTURES`` below).
 
 Fixtures that start real services (plugins in tests/support/): ``vllm_engine`` /
-``idle_vllm_engine`` (a real vLLM engine, ``engine.py``), ``vllm_fleet`` (two real engines,
+``idle_vllm_engine`` (a real vLLM engine, ``engine.py``), ``killable_vllm_engine`` (the same
+engine, which a test may kill, freeze and restart), ``vllm_fleet`` (two real engines,
 ``fleet.py``), ``postgres_server`` /
-``postgres_dsn`` / ``postgres_database_url`` (a real PostgreSQL, ``postgres.py``), ``browser``
+``postgres_dsn`` / ``postgres_database_url`` (a real PostgreSQL, ``postgres.py``), ``stoppable_postgres``
+(a cluster of the test's own that it may stop and start), ``browser``
 (a real headless Chromium, ``browser.py``), and ``tests.support.servers.run_uvicorn`` (an app
 under real uvicorn). ``fake_engine`` (below) is the fake OpenAI upstream of the fast tests.
 """
@@ -28,6 +30,8 @@ pytest_plugins = [
     "tests.support.fleet",
     "tests.support.postgres",
     "tests.support.browser",
+    "tests.support.figures",
+    "tests.support.full_disk",
 ]
 
 # A test that uses one of these fixtures needs a real service, so it belongs to the
@@ -36,9 +40,12 @@ SERVICE_FIXTURES = {
     "vllm_engine": "engine",
     "idle_vllm_engine": "engine",
     "vllm_fleet": "engine",
+    "killable_vllm_engine": "engine",
+    "launched_vllm_engine": "engine",
     "postgres_server": "postgres",
     "postgres_dsn": "postgres",
     "postgres_database_url": "postgres",
+    "stoppable_postgres": "postgres",
     "browser": "browser",
 }
 

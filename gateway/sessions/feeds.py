@@ -81,7 +81,8 @@ class StoreFeed:
             if not record.live:
                 self.done = True
                 if index > record.count:  # this client got events the store never received
-                    return self.persistence.lost_ending(record.session_id, record.count, index, record.dialect)
+                    return self.persistence.lost_ending(record.session_id, self.persistence.produced(record), index,
+                                                        record.dialect)
                 return []
             signal = self.store.signal(record.gen_id)
             await asyncio.wait((signal, self._interrupt), timeout=max(0.0, self._next_check - time.monotonic()),

@@ -51,6 +51,7 @@ from gateway.sessions.store.base import NewGeneration, SessionStore
 log = logging.getLogger("gateway.sessions")
 
 STOP_WAIT_SECONDS = 5.0
+STORE_FAILURE_LOG_SECONDS = 60.0
 REMOTE_CANCEL_WAIT_SECONDS = 5.0
 
 
@@ -92,10 +93,15 @@ class SessionManager:
         self._background: list[asyncio.Task] = []
         self._stopping = False
         self._shutdown_timer: asyncio.TimerHandle | None = None
+        self._store_failures = StoreFailures()
         self._hooks = ProducerHooks(
             on_frames=self.persistence.writer.mark if self.persistence is not None else _ignore,
             on_refused=self._refused, on_client_left=self._client_left, on_end=self._generation_ended,
             read_evicted=self._read_evicted)
+
+    def _store_errors(self):
+        """Around store calls a request waits on: a failing store is a 503 (``StoreFailures``)."""
+        return self._store_failures.guard()
 
     # --- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -174,7 +180,7 @@ class SessionManager:
             generation.named = True  # resuming is asking for the session to survive disconnects
             feed = LocalFeed(generation, start, read_evicted=self._read_evicted, on_close=self._client_left)
             return self._follower(feed, start, point.session_id, keepalive, generation.dialect)
-        with _store_errors():
+        with self._store_errors():
             record = await self._load(owner, point.session_id)
             if record.live and not record.producer_alive:
                 await self.persistence.end_orphan(record)
@@ -203,7 +209,7 @@ class SessionManager:
                     await asyncio.wait((generation.task,), timeout=STOP_WAIT_SECONDS)
                 return R.cancel_result(session_id, generation.how, cancelled=generation.how == "cancelled")
             return R.cancel_result(session_id, generation.how, cancelled=False)
-        with _store_errors():
+        with self._store_errors():
             record = await self._load(owner, session_id)
             if not record.live:
                 return R.cancel_result(session_id, record.how, cancelled=False)
@@ -222,7 +228,7 @@ class SessionManager:
         if generation is not None:
             status, how, count = generation.state, generation.how, generation.log.next_index
         else:
-            with _store_errors():
+            with self._store_errors():
                 record = await self._load(owner, session_id)
             status, how, count = record.status, record.how, record.count
         return R.session_state(session_id, status=status, how=how, events=count)
@@ -240,7 +246,7 @@ class SessionManager:
             return SessionOutcome(live=generation.live, how=generation.how, last_frame=frames[-1] if frames else None)
         if self.store is None:
             return None
-        with _store_errors():
+        with self._store_errors():
             record = await self.store.load(owner, session_id)
             if record is None:
                 return None
@@ -309,7 +315,7 @@ class SessionManager:
         if named and self.store is not None:
             # Another replica may be producing this session id right now: ask the store.
             try:
-                with _store_errors():
+                with self._store_errors():
                     claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True,
                                                                    dialect=call.dialect.name))
             except GatewayError:
@@ -501,13 +507,39 @@ async def _discard(message: dict) -> None:
     """``send`` of a detached generation: nobody is there to read."""
 
 
-@contextlib.contextmanager
-def _store_errors():
-    """A store that fails (database down) is a 503 for the client, never a 500."""
-    try:
-        yield
-    except GatewayError:
-        raise
-    except Exception as exc:
-        log.exception("session store unavailable")
-        raise R.store_unavailable() from exc
+class StoreFailures:
+    """A store that fails is a 503 for the client, never a 500, and a few log lines, not one per request.
+
+    The first failure is logged with its traceback; while failures go on, one line a minute says
+    how long and how many requests were refused; the next success says the store is back.
+    """
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.logged_at = 0.0
+        self.refused = 0
+
+    @contextlib.contextmanager
+    def guard(self):
+        try:
+            yield
+        except GatewayError:
+            raise
+        except Exception as exc:
+            self._failed()
+            raise R.store_unavailable() from exc
+        if self.since is not None:
+            log.warning("session store available again", extra={
+                "seconds": round(time.monotonic() - self.since), "requests_refused": self.refused})
+            self.since = None
+
+    def _failed(self) -> None:
+        now = time.monotonic()
+        self.refused = self.refused + 1 if self.since is not None else 1
+        if self.since is None:
+            self.since = self.logged_at = now
+            log.exception("session store unavailable")
+        elif now - self.logged_at >= STORE_FAILURE_LOG_SECONDS:
+            self.logged_at = now
+            log.error("session store still unavailable", extra={
+                "seconds": round(now - self.since), "requests_refused": self.refused})

@@ -97,6 +97,14 @@ class Persistence:
         events = self.dialect_for(dialect, session_id, index).error_events(PRODUCER_LOST, "producer_lost")
         return LOST, frames(id_prefix(session_id), index, events)
 
+    def produced(self, record: StoredSession) -> int:
+        """Events the generation's producer persisted itself: ``record.count``, less the ending
+        written for it by someone else when its producer died (``LOST``)."""
+        if record.how != LOST:
+            return record.count
+        _, ending = self.interrupted_ending(record.session_id, 0, record.dialect)
+        return record.count - len(ending)
+
     def lost_ending(self, session_id: str, stored: int, index: int, dialect: str = DEFAULT_DIALECT) -> list[bytes]:
         """For a client that has events the store never received: an explicit end at its next index.
 

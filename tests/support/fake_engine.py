@@ -39,11 +39,13 @@ class FakeEngine:
     chunk_delay: float = 0.0
     first_chunk_delay: float = 0.0
     response_delay: float = 0.0  # seconds before a non-streamed answer: the engine "generating"
+    models_delay: float = 0.0    # seconds before /v1/models answers (3600: a frozen engine)
     received: list[Received] = field(default_factory=list)
     streams_started: int = 0
     streams_aborted: int = 0
     streams_active: int = 0       # streams being generated right now
     most_streams_active: int = 0  # the most at once so far
+    hold: asyncio.Event | None = None  # set: streams wait for it after their headers, before any chunk
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
@@ -78,6 +80,8 @@ class FakeEngine:
         return web.Response(status=self.health_status, text="")
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.models_delay:
+            await asyncio.sleep(self.models_delay)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "vllm", "root": "/models/fake",
              "parent": None, "max_model_len": self.max_model_len}
@@ -151,6 +155,8 @@ class FakeEngine:
                           "model": payload.get("model"), "choices": [choice]})
 
         try:
+            if self.hold is not None:
+                await self.hold.wait()
             if self.first_chunk_delay:
                 await asyncio.sleep(self.first_chunk_delay)
             if chat:

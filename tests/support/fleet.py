@@ -9,8 +9,6 @@ the same port with the same key.
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine import EngineHandle, _LaunchedEngine
+from tests.support.engine import EngineHandle, OwnEngine
 
 ENGINES = 2
 
@@ -26,8 +24,11 @@ ENGINES = 2
 @dataclass
 class FleetHandle:
     workdir: Path
-    launchers: list[_LaunchedEngine] = field(default_factory=list)
-    engines: list[EngineHandle] = field(default_factory=list)
+    members: list[OwnEngine] = field(default_factory=list)
+
+    @property
+    def engines(self) -> list[EngineHandle]:
+        return [member.handle for member in self.members]
 
     @property
     def base_urls(self) -> str:
@@ -36,20 +37,11 @@ class FleetHandle:
 
     def kill(self, index: int) -> None:
         """SIGKILL engine ``index`` and everything its launcher started."""
-        process = self.launchers[index].process
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        self.members[index].kill()
 
     def restart(self, index: int) -> EngineHandle:
         """Start engine ``index`` again, on its port with its key; returns once it is healthy."""
-        old = self.launchers[index]
-        workdir = self.workdir / f"engine-{index}-restarted"
-        workdir.mkdir(exist_ok=True)
-        launcher = _LaunchedEngine(workdir)
-        launcher.port, launcher.api_key = old.port, old.api_key
-        self.engines[index] = launcher.__enter__()
-        self.launchers[index] = launcher
-        return self.engines[index]
+        return self.members[index].restart()
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +50,11 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetHandle
     fleet = FleetHandle(workdir)
     for index in range(ENGINES):
         (workdir / f"engine-{index}").mkdir()
-        fleet.launchers.append(_LaunchedEngine(workdir / f"engine-{index}"))
+        fleet.members.append(OwnEngine(workdir / f"engine-{index}"))
     try:
         with ThreadPoolExecutor(ENGINES) as pool:  # in parallel: start-up is the tier's largest cost
-            fleet.engines = list(pool.map(lambda launcher: launcher.__enter__(), fleet.launchers))
+            list(pool.map(lambda member: member.start(), fleet.members))
         yield fleet
     finally:
-        for launcher in fleet.launchers:
-            if launcher.process is not None:
-                launcher._stop()
+        for member in fleet.members:
+            member.stop()

@@ -88,10 +88,15 @@ def parse_sse(lines) -> tuple[list[Event], list[str]]:
 
 
 async def read_stream(client: httpx.AsyncClient, method: str, url: str, *, json: dict | None = None,
-                      headers: dict | None = None, stop_after: int | None = None, timeout: float = 60) -> Received:
-    """Read an SSE response; with ``stop_after`` drop the connection after that many events."""
+                      headers: dict | None = None, stop_after: int | None = None, timeout: float = 60,
+                      live: list[Event] | None = None) -> Received:
+    """Read an SSE response; with ``stop_after`` drop the connection after that many events.
+
+    ``live``: a list the events are appended to as they arrive (it becomes ``events`` of the
+    result), for a caller that acts on the stream while another task reads it.
+    """
     async with client.stream(method, url, json=json, headers=headers, timeout=timeout) as response:
-        received = Received(response.status_code, response.headers)
+        received = Received(response.status_code, response.headers, events=live if live is not None else [])
         if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
             received.body = await response.aread()
             return received

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 
-async def until(condition, timeout: float = 20.0) -> None:
-    """Return once ``condition()`` is true; fail the test if it is still false after ``timeout`` seconds."""
+async def until(condition, timeout: float = 20.0, *, what: str = "condition", interval: float = 0.01) -> float:
+    """Return once ``condition()`` (a bool, or an awaitable of one) is true, with the seconds it took.
+
+    Fails the test if it is still false after ``timeout`` seconds. Conditions that ask a server
+    (an HTTP poll) should pass a longer ``interval`` than the default, which suits in-process state.
+    """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+    started = loop.time()
+    deadline = started + timeout
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return loop.time() - started
+        assert loop.time() < deadline, f"{what} not met in {timeout:.0f}s"
+        await asyncio.sleep(interval)

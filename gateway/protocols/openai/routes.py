@@ -5,7 +5,10 @@
   the stream backend: resumable sessions when ``SESSION_STORE`` is on; completion streams
   are always relayed plainly).
 - ``GET /v1/models``: the engine's models plus the configured aliases; ``GET /v1/models/{model}``
-  one of them (vLLM itself has no such route, so the SDK's ``models.retrieve`` needs it).
+  one of them (vLLM itself has no such route, so the SDK's ``models.retrieve`` needs it). An
+  engine that does not answer within ``MODELS_WAIT_SECONDS`` (frozen, swamped) does not hold the
+  route for ``UPSTREAM_FIRST_BYTE_TIMEOUT``: the list is then the one the gateway's last look
+  at its engines read (``engines.state``).
 
 Each also answers without ``/v1`` (``/chat/completions``, ...): the paths come from the
 engine-API table (``protocols.common.table``).
@@ -28,6 +31,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
+from gateway.engines.errors import EngineTimeout
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import table
@@ -41,6 +45,9 @@ from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value, validate_sess
 
 TAGS = ("OpenAI-compatible",)
 JSON = [(b"content-type", b"application/json")]
+# vLLM answers /v1/models in milliseconds, even while it generates; an engine that takes longer
+# is stalled, and the model list is metadata the gateway already holds.
+MODELS_WAIT_SECONDS = 2.0
 
 
 class OpenAIRelay:
@@ -104,7 +111,13 @@ class OpenAIRelay:
 
     async def _cards(self) -> list[dict]:
         engine_state = self.core.engine_state
-        listing = await self.core.engines.get_json("/v1/models")
+        try:
+            listing = await self.core.engines.get_json("/v1/models", timeout=MODELS_WAIT_SECONDS)
+        except EngineTimeout:
+            known = _known_cards(engine_state.engines)
+            if not known:
+                raise
+            listing = {"data": known}
         cards = [card for card in listing.get("data", []) if isinstance(card, dict)]
         known = {card.get("id") for card in cards}
         template = next(iter(cards), {"object": "model", "owned_by": "vllm"})
@@ -170,3 +183,15 @@ COMPLETION_SCHEMA = {
     "description": "OpenAI's completion request; every field vLLM accepts passes through unchanged.",
     "properties": {**_COMMON, "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
 }
+
+
+def _known_cards(engines) -> list[dict]:
+    """The model cards the last look at each engine read (ready engines first), each name once."""
+    cards: list[dict] = []
+    seen: set[object] = set()
+    for engine in sorted(engines, key=lambda engine: not engine.ready):
+        for card in engine.cards:
+            if card.get("id") not in seen:
+                seen.add(card.get("id"))
+                cards.append(card)
+    return cards

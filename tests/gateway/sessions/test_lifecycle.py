@@ -16,16 +16,15 @@ async def test_unnamed_stream_aborts_upstream_as_soon_as_its_client_leaves(gatew
     fake_engine.chunk_delay = 0.02
     async with gateway(cancel_after_disconnect_seconds=60) as (base, app), fresh_client(base) as client:
         got = await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(500), stop_after=3)
-        started = asyncio.get_running_loop().time()
-        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 5)
-        assert asyncio.get_running_loop().time() - started < 1.0
+        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 30)
         sid = got.session_id
         # What was produced stays replayable, and ends with an explicit cancelled chunk.
         await until(lambda: not app.state.sessions.local("local", sid) or not app.state.sessions.local("local", sid).live)
         replay = await read_stream(client, "GET", f"/v1/sessions/{sid}/events")
     assert replay.events[-2].json["choices"][0]["finish_reason"] == "cancelled"
-    assert replay.events[-2].json["cancel_reason"] == "client_disconnected"
+    assert replay.events[-2].json["cancel_reason"] == "client_disconnected"  # not disconnect_timeout (60 s)
     assert replay.dones == 1 and replay.indices == list(range(len(replay.events)))
+    assert len(replay.events) < 250  # 500 asked, 20 ms apart: stopped when its client left, not run out
 
 
 async def test_named_session_survives_a_disconnect_and_resumes_where_it_left(gateway, fake_engine):
@@ -47,11 +46,12 @@ async def test_named_session_left_alone_is_cancelled_after_the_grace_period(gate
         loop = asyncio.get_running_loop()
         await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(1000, session_id="alone-1"), stop_after=2)
         left = loop.time()
-        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 5)
+        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 15)
         waited = loop.time() - left
         replay = await read_stream(client, "GET", "/v1/sessions/alone-1/events")
-    assert 0.25 <= waited < 2.0
+    assert waited >= 0.25  # its grace period first (a timer may fire late on a busy machine, never early)
     assert replay.events[-2].json["cancel_reason"] == "disconnect_timeout"
+    assert len(replay.events) < 500  # 1000 asked, 20 ms apart: cancelled, not run out
 
 
 async def test_cancel_ends_every_follower_aborts_upstream_and_frees_the_session(gateway, fake_engine):

@@ -80,6 +80,29 @@ async def test_a_store_outage_refuses_new_streams_instead_of_growing_memory_and_
     assert [e.data for e in replay.events] == [e.data for e in during.events]  # persisted once the store came back
 
 
+async def test_a_failing_store_is_logged_once_not_once_per_refused_request(gateway, fake_engine, caplog):
+    """Under an outage every named stream is refused (its claim needs the store): one traceback, then a recovery line."""
+    async with gateway(session_store="sqlite") as (base, app), fresh_client(base) as client:
+        store = app.state.sessions.store
+        real_claim = store.claim
+
+        async def failing_claim(generation):
+            raise OSError("database is locked")
+
+        store.claim = failing_claim
+        with caplog.at_level(logging.WARNING, logger="gateway.sessions"):
+            refused = [await client.post("/v1/chat/completions", json=chat(2, session_id=f"claim-{i}")) for i in range(5)]
+            store.claim = real_claim
+            after = await read_stream(client, "POST", "/v1/chat/completions", json=chat(2, session_id="claim-ok"))
+    assert [r.status_code for r in refused] == [503] * 5
+    assert {r.json()["error"]["code"] for r in refused} == {"session_store_unavailable"}
+    unavailable = [r for r in caplog.records if r.getMessage() == "session store unavailable"]
+    assert len(unavailable) == 1 and unavailable[0].exc_info is not None
+    back = [r for r in caplog.records if r.getMessage() == "session store available again"]
+    assert len(back) == 1 and back[0].requests_refused == 5
+    assert after.status == 200 and after.dones == 1
+
+
 async def test_the_memory_store_keeps_finished_sessions_per_key(gateway, fake_engine):
     async with gateway(session_store="memory", session_memory_max_finished=3, api_keys=[READ_KEY, OTHER_KEY]) \
             as (base, app), fresh_client(base) as client:

@@ -18,6 +18,7 @@ from tests.support.waiting import until
 pytestmark = [pytest.mark.integration, pytest.mark.engine, pytest.mark.postgres]
 
 LONG = 8000
+GENERATED = "vllm:generation_tokens_total"
 
 
 def replica_settings(engine, database_url: str, **overrides):
@@ -85,17 +86,19 @@ async def test_follower_on_another_replica_sees_events_while_they_are_produced(i
 
 async def test_cancel_on_one_replica_aborts_the_generation_on_the_other(idle_vllm_engine, probe, postgres_database_url):
     engine = idle_vllm_engine
+    before = await probe.metric(GENERATED)
     async with two_replicas(engine, postgres_database_url) as (a_app, b_app, a, b):
         owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
                                                 json=engine_chat_body(engine, LONG, session_id="pg-cancel")))
         await until(lambda: (s := a_app.state.sessions.local("local", "pg-cancel")) is not None and s.log.next_index > 5)
         follower = asyncio.create_task(read_stream(b, "GET", "/v1/sessions/pg-cancel/events"))
-        await probe.wait_for(RUNNING, lambda v: v == 1, timeout=5)
+        await probe.wait_for(RUNNING, lambda v: v == 1, timeout=30)
         answer = await b.post("/v1/cancel/pg-cancel")
-        abort_seconds = await probe.wait_for(RUNNING, lambda v: v == 0, timeout=2.0)
+        await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+        generated = await probe.metric(GENERATED) - before
         mine, theirs = await owner, await follower
     assert answer.status_code == 200 and answer.json()["cancelled"] is True
-    assert abort_seconds < 2.0
+    assert generated < LONG / 2  # replica A stopped the generation: vLLM aborted it long before the end
     for got in (mine, theirs):
         assert got.events[-2].json["choices"][0]["finish_reason"] == "cancelled"
         assert got.events[-1].done and got.dones == 1
@@ -155,16 +158,13 @@ async def test_a_dead_producer_replica_ends_its_followers_explicitly(idle_vllm_e
                 as (b_url, b_app), fresh_client(producer.base_url) as a, fresh_client(b_url) as b:
             owner = asyncio.create_task(read_stream(a, "POST", "/v1/chat/completions",
                                                     json=engine_chat_body(engine, LONG, session_id="pg-dead")))
-            await probe.wait_for(RUNNING, lambda v: v == 1, timeout=5)
+            await probe.wait_for(RUNNING, lambda v: v == 1, timeout=30)
             follower = asyncio.create_task(follow(b))
             await until(lambda: len(received) >= 10 or follower.done())
             await producer.stop(signal.SIGKILL)
-            killed_at = time.monotonic()
-            await follower
-            waited = time.monotonic() - killed_at
+            await follower  # bounded by its read timeout (30 s): the lease (2 s), then the explicit end
             await owner
     finally:
         await producer.stop(signal.SIGKILL)
     assert '"producer_lost"' in received[-2]
     assert received[-1] == "[DONE]" and received.count("[DONE]") == 1
-    assert waited < 2 + 3  # the lease, then the next liveness check: an explicit end, never a hang

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 
@@ -15,6 +16,10 @@ from tests.support.sse_client import content_of, fresh_client, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
+# The drops and resumes follow this seed: the same on every run, so a failure can be run again
+# as it happened; STACK_TEST_RESUME_SEED=N explores other sequences.
+RESUME_SEED = int(os.environ.get("STACK_TEST_RESUME_SEED", "20261130"))
+
 
 async def uninterrupted(base: str, engine, max_tokens: int, **extra) -> str:
     async with fresh_client(base) as client:
@@ -26,7 +31,7 @@ async def uninterrupted(base: str, engine, max_tokens: int, **extra) -> str:
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 async def test_random_drops_and_resumes_equal_one_uninterrupted_run(idle_vllm_engine, tmp_path, store):
     engine = idle_vllm_engine  # alone on the engine: greedy decoding is then exactly reproducible
-    seed = random.randrange(1 << 30)
+    seed = RESUME_SEED
     rng = random.Random(seed)
     settings = engine_session_settings(engine, session_store=store, database_url=f"sqlite:///{tmp_path}/s.db")
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:

@@ -188,7 +188,9 @@ async def test_completion_hook_runs_once_from_the_producer_with_the_text(make_se
         got = await read_stream(client, "POST", "/test/chat", stop_after=3)  # the client leaves early
         assert got.status == 200, got.body
         await until(lambda: len(results) == 1)
-        await asyncio.sleep(0.1)
+        # Once the generation has left memory (ended, persisted, nobody following) nothing can call
+        # the hook again: then it must still have run once.
+        await until(lambda: in_memory(app) == 0)
     assert len(results) == 1
     assert results[0].how == "completed" and results[0].text == "".join(f"t{i} " for i in range(30))
 
@@ -259,5 +261,7 @@ async def test_a_client_ahead_of_the_store_gets_an_explicit_ending_at_an_id_it_h
     assert ahead.status == 200
     assert ahead.indices == [10, 11]  # ids it has not seen, never one it holds with other content
     assert ahead.events[0].json["error"]["code"] == "producer_lost" and ahead.events[1].done
+    # What was lost, counted from the dead producer's own events (0..4), not the ending written for it.
+    assert "events from index 5 on were never persisted" in ahead.events[0].json["error"]["message"]
     # A client behind the store still gets what was stored, then the stored ending.
     assert behind.indices == [3, 4, 5, 6] and behind.events[2].json["error"]["code"] == "producer_lost"

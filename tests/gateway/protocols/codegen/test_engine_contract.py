@@ -17,8 +17,6 @@ import orjson
 import pytest
 import requests
 
-from gateway.protocols.codegen.extract import extract_code
-
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 PROMPT = "def quick_sort(arr):"
@@ -47,7 +45,12 @@ def test_raw_greedy_text_usage_and_finish_reason_are_the_engines(api_url, engine
 def test_generate_returns_the_code_of_the_engines_greedy_text(api_url, engine_call):
     ours = post(api_url, "/generate", {"prompt": PROMPT, "max_tokens": 48, "do_sample": False}).json()
     theirs = engine_call("/v1/completions", {"prompt": PROMPT, "max_tokens": 48, **GREEDY_ENGINE_PARAMS})
-    assert ours["generated_text"] == extract_code(theirs["choices"][0]["text"], language="python")
+    text = theirs["choices"][0]["text"]
+    # The embedded model's greedy continuation has no fence (its random weights never write one),
+    # so the documented rule for it applies: the whole text, stripped of surrounding whitespace.
+    # (What extraction does with fences is checked on literal answers in test_extract.py.)
+    assert "```" not in text and "~~~" not in text, f"this check covers answers without fences: {text!r}"
+    assert ours["generated_text"] == text.strip()
     assert ours["num_tokens"] == theirs["usage"]["completion_tokens"]
 
 

@@ -8,6 +8,7 @@ where nothing listens.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import orjson
@@ -126,10 +127,13 @@ async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(tmp_pa
         app = create_app(codegen_settings(tmp_path, vllm_base_url=engine.base_url))
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+                started = time.perf_counter()
                 response = await client.post(path, json=body)
+                total_ms = (time.perf_counter() - started) * 1000
     assert response.status_code == 200
     added_ms = float(response.headers["x-gateway-added-ms"])
-    assert 0 <= added_ms < engine_seconds * 1000 / 2, added_ms
+    # The engine's 400 ms lie inside the client's total but not in the header, whatever the load.
+    assert 0 < added_ms <= total_ms - engine_seconds * 1000, (added_ms, total_ms)
 
 
 # --- invalid input ------------------------------------------------------------------------------

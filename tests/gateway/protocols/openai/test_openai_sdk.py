@@ -7,8 +7,11 @@ raises for a bad key, an unknown model, bad parameters and a stopped engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
+import httpx
 import openai
 import pytest
 
@@ -19,14 +22,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.engine]
 PROMPT = [{"role": "user", "content": "Write a haiku about the sea."}]
 
 
-def test_chat_completion(sdk, engine_model):
+def engine_chat(engine, **body) -> dict:
+    """The same chat completion asked of the engine itself, without the gateway (the expected answer)."""
+    response = httpx.post(f"{engine.base_url}/v1/chat/completions", json={"model": engine.model, **body},
+                          headers=engine.headers, timeout=120)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_chat_completion(sdk, engine_model, vllm_engine):
     reply = sdk.chat.completions.create(model=engine_model, messages=PROMPT, max_tokens=12, temperature=0)
+    theirs = engine_chat(vllm_engine, messages=PROMPT, max_tokens=12, temperature=0)
     assert reply.object == "chat.completion"
     assert reply.choices[0].message.role == "assistant"
-    assert reply.choices[0].message.content
-    assert reply.choices[0].finish_reason in ("stop", "length")
-    assert reply.usage.completion_tokens == 12 or reply.choices[0].finish_reason == "stop"
-    assert reply.usage.prompt_tokens > 0
+    assert reply.choices[0].message.content == theirs["choices"][0]["message"]["content"]
+    assert reply.choices[0].finish_reason == theirs["choices"][0]["finish_reason"]
+    assert reply.usage.model_dump(include={"prompt_tokens", "completion_tokens"}) == {
+        "prompt_tokens": theirs["usage"]["prompt_tokens"], "completion_tokens": theirs["usage"]["completion_tokens"]}
 
 
 def test_alias_serves_the_same_model(sdk, engine_model):
@@ -108,12 +120,17 @@ def test_vllm_extras_pass_through(sdk, engine_model):
     assert reply.choices[0].message.content in ("alpha", "beta")
 
 
-def test_tools_are_accepted(sdk, engine_model):
+def test_tools_reach_the_engines_chat_template(sdk, engine_model, vllm_engine):
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city",
                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
     reply = sdk.chat.completions.create(model=engine_model, messages=PROMPT, max_tokens=8, temperature=0,
                                         tools=tools, tool_choice="auto")
-    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    theirs = engine_chat(vllm_engine, messages=PROMPT, max_tokens=8, temperature=0, tools=tools, tool_choice="auto")
+    without = engine_chat(vllm_engine, messages=PROMPT, max_tokens=8, temperature=0)
+    # The template wrote the tool's definition into the prompt: the engine saw the tools.
+    assert reply.usage.prompt_tokens == theirs["usage"]["prompt_tokens"] > without["usage"]["prompt_tokens"] + 20
+    assert reply.choices[0].message.content == theirs["choices"][0]["message"]["content"]
+    assert reply.choices[0].finish_reason == theirs["choices"][0]["finish_reason"]
 
 
 def test_model_list_has_served_model_and_alias(sdk, engine_model):
@@ -147,7 +164,25 @@ def test_request_id_becomes_the_engines_request_id(sdk, engine_model):
     )
     assert raw.headers["x-request-id"] == "trace-42"
     assert raw.parse().id.endswith("trace-42")
-    assert float(raw.headers["x-gateway-added-ms"]) >= 0
+
+
+def test_added_ms_leaves_out_the_time_the_engine_spent(sdk, engine_model, vllm_engine):
+    asyncio.run(vllm_engine.wait_until_idle())  # alone on the engine: its latency histogram holds this request only
+    before = vllm_engine.metrics()
+    started = time.perf_counter()
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=engine_model, messages=PROMPT, max_tokens=64, temperature=0, extra_body={"ignore_eos": True})
+    total_ms = (time.perf_counter() - started) * 1000
+    count = "vllm:e2e_request_latency_seconds_count"
+    deadline = time.monotonic() + 30
+    while (after := vllm_engine.metrics())[count] < before[count] + 1:  # recorded just after the answer
+        assert time.monotonic() < deadline, "the engine never recorded the request's latency"
+        time.sleep(0.05)
+    engine_ms = (after["vllm:e2e_request_latency_seconds_sum"] - before["vllm:e2e_request_latency_seconds_sum"]) * 1000
+    added = float(raw.headers["x-gateway-added-ms"])
+    # What the engine measured itself (arrival to last token) lies inside the gateway's wait for it,
+    # which lies inside the client's total: the header holds the gateway's own time only.
+    assert engine_ms > 0 and 0 < added <= total_ms - engine_ms, (added, engine_ms, total_ms)
 
 
 def test_stopped_engine_is_a_503(dead_engine_gateway_url):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.protocols.openai.continuation import ContinueDelivered, Delivered, ResumePlan
+from gateway.protocols.openai.delivered import Delivered
+from gateway.protocols.openai.resume import ContinueDelivered, ResumePlan
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
 
@@ -58,6 +59,9 @@ def test_what_cannot_go_on_from_a_partial_answer():
     assert ResumePlan.of(payload(response_format={"type": "json_schema", "json_schema": {}}), text) is None
     assert ResumePlan.of(payload(structured_outputs={"regex": "a+"}), text) is None
     assert ResumePlan.of(payload(echo=True), text) is None
+    finished = Delivered.read([b"data: " + orjson.dumps({"id": "c", "created": 1, "choices": [
+        {"index": 0, "delta": {"content": "Once"}, "finish_reason": "length"}]}) + b"\n\n"])
+    assert ResumePlan.of(payload(), finished) is None  # a complete answer gets nothing appended
     assert ResumePlan.of(payload(messages=MESSAGES, continue_final_message=True), text) is None  # last is no assistant
     assert ResumePlan.of(payload(response_format={"type": "text"}), text) is not None
 

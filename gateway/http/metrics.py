@@ -80,7 +80,8 @@ class Metrics:
         self.engine_continuations = Counter(
             "gateway_engine_continuations",
             "Streams whose engine failed mid-stream, by the engine that continued them ('none': no engine "
-            "could) and outcome (continued, no_engine, refused, diverged, not_continuable)",
+            "could) and outcome (continued, no_engine, refused, not_continuable; diverged_continued, diverged: a "
+            "replay that produced other text went on from what was sent, or could not)",
             ["engine", "outcome"], registry=r)
         self.routing_decisions = Counter(
             "gateway_routing_decisions", "Engine choices, by routing policy and reason", ["policy", "reason"],

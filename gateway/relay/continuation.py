@@ -8,10 +8,14 @@ have (every event in the session's log) and restyles the rest as the original st
 The filtered events go through the same loop (``relay.pump``) into the same log, so clients
 see one stream: same session, contiguous indices, no repeated or missing text.
 
-A continuation is exact only when the engine reproduces the run: the protocol offers one only
-for requests whose sampling is deterministic (greedy, or seeded) and checks, while skipping,
-that the new engine produces exactly what clients already have; when it does not
-(:class:`ContinuationDiverged`) the stream ends with an explicit error rather than a spliced text.
+A replay is exact only when the engine reproduces the run: the protocol offers one only for
+requests whose sampling is deterministic (greedy, or seeded) and checks, while skipping, that
+the new engine produces exactly what clients already have. When it does not
+(:class:`ContinuationDiverged`: on the vLLM CPU engine a prefix-cache hit alone can change a
+greedy answer), the producer asks for the second way, :meth:`Continuation.resume`: a request
+that goes on from exactly what clients received (the prompt plus the partial answer), so the
+stream still has no repeated or missing text, though its rest is no longer the uninterrupted
+run's. Only when that is impossible too does the stream end with an explicit error.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.engines.client import EngineClient
+from gateway.engines.routing import RouteHints
 from gateway.http.errors import GatewayError
 from gateway.relay.dialect import StreamResult, StreamTracker
 
@@ -46,6 +52,12 @@ class Continuation(Protocol):
     def replay(self, delivered: list[bytes]) -> Replay | None:
         """How to continue, given every event delivered so far (framed, with ids, in order);
         None when this stream cannot be continued exactly."""
+
+    async def resume(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
+                     request_id: str) -> Replay | None:
+        """How to go on from exactly what was delivered (after a replay diverged); None when the
+        stream cannot be continued that way either. May ask the engines (``route``) first; raises
+        ``GatewayError`` when they fail."""
 
 
 class ReplayTracker:

@@ -18,8 +18,10 @@ A stream that survives its engine: when the engine dies, stalls past the chunk t
 stops without its terminal event, and the call has a continuation (a reproducible run,
 ``relay.continuation``), the same loop goes on with a replay of the request on another engine
 (at most ``ENGINE_MAX_ATTEMPTS - 1`` switches), through a filter that drops what the log
-already holds: one log, contiguous indices, the same first client. Nothing of this costs
-anything per event until an engine fails (what was delivered is read back from the log
+already holds: one log, contiguous indices, the same first client. When the replay produces
+other text than the log holds, the loop goes on from exactly what the log holds instead (the
+continuation's ``resume``), and so after every later switch of that stream. Nothing of this
+costs anything per event until an engine fails (what was delivered is read back from the log
 then). When no engine can continue, the log ends with the error event and ``[DONE]``.
 Cancel and resume work across the switch: the new engine stream is the generation's stream
 (a cancel closes it), and followers read the same log.
@@ -51,6 +53,11 @@ from gateway.sessions.generation import CLIENT_DISCONNECTED, FENCED, SHUTDOWN, S
 from gateway.sessions.ids import SESSION_HEADER
 
 log = logging.getLogger("gateway.sessions")
+
+# Outcomes of a replay that produced other text than clients had (gateway_engine_continuations_total):
+# the stream went on from exactly what clients had, or it could not and ended with the error event.
+DIVERGED_CONTINUED = "diverged_continued"
+DIVERGED = "diverged"
 
 
 @dataclass(slots=True)
@@ -140,18 +147,22 @@ class GenerationResponse(Response):
                 channel.on_leave(client_left)
                 failure = await pump(stream, tracker, sink)
                 switches = 0
+                failed: list[str] = []  # engines that broke this stream: not asked to continue it
+                resuming = False        # a replay diverged: from then on, go on from what was sent
                 while self._cut_short(stream, tracker, failure):
-                    if isinstance(failure, ContinuationDiverged):
-                        engine = stream.engine.id if stream.engine is not None else "none"
-                        ctx.metrics.engine_continuations.labels(engine, "diverged").inc()
-                        break
                     if call.continuation is None:
                         ctx.metrics.engine_continuations.labels("none", "not_continuable").inc()
                         break
-                    if switches >= ctx.engines.max_attempts - 1:
-                        break
-                    switches += 1
-                    stream, replayed, failure = await self._continue(stream, tracker, failure)
+                    diverged = isinstance(failure, ContinuationDiverged)
+                    if not diverged:  # the engine failed (a diverged replay's engine is healthy)
+                        if switches >= ctx.engines.max_attempts - 1:
+                            break
+                        switches += 1
+                        if stream.engine is not None:
+                            failed.append(stream.engine.id)
+                    resuming = resuming or diverged
+                    stream, replayed, failure = await self._continue(stream, tracker, failure, avoid=failed,
+                                                                     resume=resuming, diverged=diverged)
                     if replayed is None:
                         break
                     failure = await pump(stream, replayed, sink)
@@ -181,31 +192,48 @@ class GenerationResponse(Response):
             stream.broke(ENDED_EARLY, "the inference engine ended the stream early")
         return True
 
-    async def _continue(self, stream: EngineStream, tracker: StreamTracker, failure: GatewayError | None
+    async def _continue(self, stream: EngineStream, tracker: StreamTracker, failure: GatewayError | None, *,
+                        avoid: list[str], resume: bool, diverged: bool
                         ) -> tuple[EngineStream, ReplayTracker | None, GatewayError]:
-        """The stream's replay on another engine and its tracker; or no tracker and the failure to end with."""
+        """The stream's continuation on another engine and its tracker; or no tracker and the failure to end with.
+
+        ``resume``: go on from exactly what was delivered rather than replay the request;
+        ``diverged``: ``stream`` is a replay that produced other text (its engine is healthy).
+        """
         generation, call, ctx = self.generation, self.call, self.ctx
         cause = failure.message if failure is not None else "the inference engine ended the stream early"
-        failed = stream.engine
+        diverged_on = stream.engine.id if diverged and stream.engine is not None else "none"
         stream.close()
         generation.stream = None
 
         def given_up(outcome: str, why: str, engine: str = "none") -> tuple[EngineStream, None, GatewayError]:
+            if diverged:  # the replay diverged and going on from what was sent failed too
+                outcome, engine = DIVERGED, diverged_on
+                message = f"{cause}; nor could it go on from what was already sent ({why})"
+            else:
+                message = f"{cause}; no other engine could continue the stream ({why})"
             ctx.metrics.engine_continuations.labels(engine, outcome).inc()
             log.warning("stream not continued", extra={"session_id": generation.session_id, "reason": why,
                                                        "outcome": outcome})
-            return stream, None, GatewayError(502, f"{cause}; no other engine could continue the stream ({why})",
-                                              code="stream_interrupted")
+            return stream, None, GatewayError(502, message, code="stream_interrupted")
 
         try:
-            replay = call.continuation.replay(await self._delivered())
+            delivered = await self._delivered()
         except Exception as exc:  # the log's head is gone (evicted, no store), or unreadable
             return given_up("not_continuable", f"the events already sent cannot be read back: {exc}")
+        route = ctx.route(call.route) or NO_HINTS
+        if avoid:
+            route = replace(route, avoid=(*route.avoid, *avoid))
+        try:
+            if resume:
+                replay = await call.continuation.resume(delivered, engines=ctx.engines, route=route,
+                                                        request_id=ctx.request_id)
+            else:
+                replay = call.continuation.replay(delivered)
+        except GatewayError as error:  # the engines it asked first failed
+            return given_up("no_engine", error.message)
         if replay is None:
             return given_up("not_continuable", "the events already sent cannot be reproduced")
-        route = ctx.route(call.route) or NO_HINTS
-        if failed is not None:
-            route = replace(route, avoid=(*route.avoid, failed.id))
         try:
             new = await ctx.engines.open_stream(replay.path, replay.body, request_id=ctx.request_id, route=route)
             refusal = await new.refusal()
@@ -214,8 +242,8 @@ class GenerationResponse(Response):
         if refusal is not None:
             return given_up("refused", refusal.message, new.engine.id if new.engine is not None else "none")
         engine_id = new.engine.id if new.engine is not None else "none"
-        ctx.metrics.engine_continuations.labels(engine_id, "continued").inc()
-        log.warning("stream continued on another engine",
+        ctx.metrics.engine_continuations.labels(engine_id, DIVERGED_CONTINUED if diverged else "continued").inc()
+        log.warning("stream continued from what was sent" if resume else "stream continued on another engine",
                     extra={"session_id": generation.session_id, "engine": engine_id, "reason": cause,
                            "events_sent": generation.log.next_index})
         generation.stream = new

@@ -15,18 +15,24 @@ event until an engine fails.
 
 Only requests whose run is reproducible are continued: greedy (``temperature: 0``) or seeded
 (``seed``), one choice, no ``logprobs``, no tools. While skipping, every replayed piece of text
-is compared with what clients have; a mismatch ends the stream with an explicit error
-(``continuation_diverged``), never a spliced answer.
+is compared with what clients have; on a mismatch (two runs of one greedy request do not
+always agree: on the vLLM CPU engine a prefix-cache hit can change the answer) the replay is
+dropped and the stream goes on from exactly what clients have (:meth:`ChatReplay.resume`,
+``openai.resume``), so the client still gets one stream with no repeated or missing text, only
+no longer the uninterrupted run's rest; when even that is impossible the stream ends with
+``continuation_diverged``, never a spliced answer.
 """
 
 from __future__ import annotations
 
 import orjson
 
+from gateway.engines.client import EngineClient
+from gateway.engines.routing import RouteHints
+from gateway.protocols.openai.delivered import DONE, Delivered
+from gateway.protocols.openai.resume import resume_from
 from gateway.relay.continuation import ContinuationDiverged, Replay
 from gateway.relay.sse import SEPARATOR, event_json, split_events
-
-DONE = b"data: [DONE]"
 
 
 def reproducible(payload: dict) -> bool:
@@ -58,57 +64,18 @@ class ChatReplay:
             return None
         return Replay(self.path, self.body, SkipDelivered(seen))
 
+    async def resume(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
+                     request_id: str) -> Replay | None:
+        """The chat with what clients have of the answer as its final assistant message, continued."""
+        seen = Delivered.read(delivered)
+        if seen is None:
+            return None
+        return await resume_from(seen, path=self.path, body=self.body, engines=engines, route=route,
+                                 request_id=request_id)
+
 
 def continuation_for(payload: dict, *, path: str, body: bytes) -> ChatReplay | None:
     return ChatReplay(path, body) if reproducible(payload) else None
-
-
-class Delivered:
-    """What clients already have of a chat stream: its text per delta field, and which events went out."""
-
-    __slots__ = ("head", "text", "role_sent", "finish_sent", "usage_sent")
-
-    def __init__(self) -> None:
-        self.head: tuple[object, object] | None = None  # (id, created) of the stream's chunks
-        self.text: dict[str, str] = {}                  # "content", "reasoning_content", ...
-        self.role_sent = False
-        self.finish_sent = False
-        self.usage_sent = False
-
-    @classmethod
-    def read(cls, frames: list[bytes]) -> Delivered | None:
-        """None when the stream cannot be continued (it has several choices, an error, its end)."""
-        seen = cls()
-        parts: dict[str, list[str]] = {}
-        for frame in frames:
-            data = event_json(frame)
-            if data is None:
-                if frame.endswith(DONE):
-                    return None
-                continue
-            if "error" in data:
-                return None
-            if seen.head is None and "id" in data:
-                seen.head = (data.get("id"), data.get("created"))
-            choices = data.get("choices")
-            if not choices:
-                seen.usage_sent = seen.usage_sent or "usage" in data
-                continue
-            for choice in choices:
-                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                    return None
-                delta = choice.get("delta") or {}
-                for field, piece in delta.items():
-                    if field == "role":
-                        seen.role_sent = True
-                    elif isinstance(piece, str):
-                        parts.setdefault(field, []).append(piece)
-                    elif piece is not None:
-                        return None  # tool calls and the like: not compared, not continued
-                if choice.get("finish_reason"):
-                    seen.finish_sent = True
-        seen.text = {field: "".join(pieces) for field, pieces in parts.items()}
-        return seen
 
 
 class SkipDelivered:

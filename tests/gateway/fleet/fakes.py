@@ -5,7 +5,10 @@ On top of the shared fake (vLLM's wire format, what it received), each one here 
 of a stream (``die_after`` tokens: its connection is cut, as when the process is killed),
 stall (``stall_after``: it goes silent), stop listening and come back on the same port.
 Every engine streams the same greedy text (``t0 t1 ...``) unless ``text_prefix`` differs, so
-a stream continued on another engine can be compared with an uninterrupted one.
+a stream continued on another engine can be compared with an uninterrupted one. A chat whose
+final assistant message is continued (``continue_final_message``) goes on counting from that
+message's words (``t0 t1 t2 `` -> ``t3 t4 ...``), and ``/tokenize`` counts a chat's tokens by a
+fixed rule (:func:`token_count`) that the usage of its streams follows too.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ class FleetFakeEngine(FakeEngine):
     text_prefix: str = "t"
     port: int = 0
     requests: int = 0  # completions received (streamed or not)
+    tokenized: list[dict] | None = None  # /tokenize requests received
 
     async def start(self) -> "FleetFakeEngine":
         app = web.Application()
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._fleet_complete)
         app.router.add_post("/v1/completions", self._fleet_complete)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -70,8 +75,21 @@ class FleetFakeEngine(FakeEngine):
         ])
         return web.Response(text=text, content_type="text/plain")
 
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        payload = await request.json()
+        self.tokenized = [*(self.tokenized or []), payload]
+        if self.mode == "tokenize_500":
+            return web.json_response({"error": {"message": "no tokenizer", "type": "InternalServerError",
+                                                "param": None, "code": 500}}, status=500)
+        count = token_count(payload)
+        return web.json_response({"count": count, "max_model_len": self.max_model_len, "tokens": [0] * count})
+
     async def _fleet_complete(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        if self.mode == "ok" and (await request.json()).get("continue_final_message"):
+            body = await request.read()
+            self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+            return await self._stream_dying(request, orjson.loads(body))
         if self.mode == "http_503":
             body = await request.read()
             self.received.append(Received(request.path, dict(request.headers), body))
@@ -102,6 +120,10 @@ class FleetFakeEngine(FakeEngine):
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         n = int(payload.get("max_tokens") or 16)
+        start = 0  # a continued final assistant message: go on from its words
+        if payload.get("continue_final_message"):
+            start = len(str(payload["messages"][-1].get("content") or "").split())
+        prompt_tokens = token_count(payload)
         created = int(time.time())
         request_id = request.headers.get("x-request-id", "fake")
 
@@ -122,17 +144,29 @@ class FleetFakeEngine(FakeEngine):
                 if self.stall_after is not None and i == self.stall_after:
                     await asyncio.sleep(3600)
                 last = i == n - 1
-                await response.write(frame([{"index": 0, "delta": {"content": f"{self.text_prefix}{i} "},
+                await response.write(frame([{"index": 0, "delta": {"content": f"{self.text_prefix}{start + i} "},
                                              "logprobs": None, "finish_reason": "length" if last else None}]))
             if (payload.get("stream_options") or {}).get("include_usage"):
-                await response.write(frame([], usage={"prompt_tokens": 5, "total_tokens": 5 + n,
-                                                      "completion_tokens": n}))
+                await response.write(frame([], usage={"prompt_tokens": prompt_tokens,
+                                                      "total_tokens": prompt_tokens + n, "completion_tokens": n}))
             await response.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             self.streams_aborted += 1
             self.stream_aborted.set()
             raise
         return response
+
+
+def token_count(payload: dict) -> int:
+    """The fake's tokenizer: a word per token, two tokens of markers around each message (one for a
+    final message that is continued), one for the generation prompt."""
+    messages = payload.get("messages") or []
+    count = sum(len(str(message.get("content") or "").split()) + 2 for message in messages)
+    if payload.get("continue_final_message") and messages:
+        count -= 1
+    elif payload.get("add_generation_prompt", True):
+        count += 1
+    return count
 
 
 @contextlib.asynccontextmanager

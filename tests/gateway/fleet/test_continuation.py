@@ -115,13 +115,91 @@ async def test_with_no_other_engine_the_stream_ends_with_an_error_event_and_done
         assert continuations(client, "no_engine", "none") == 1
 
 
-async def test_an_engine_that_generates_something_else_ends_the_stream_rather_than_splice_it():
+def usage_of(events) -> dict:
+    return [orjson.loads(event.data) for event in events if not event.done and b'"usage"' in event.data.encode()][-1][
+        "usage"]
+
+
+async def test_a_replay_that_generates_something_else_goes_on_from_exactly_what_the_client_received():
     async with fake_fleet(2) as (dying, other), serving(settings([dying, other])) as client:
         dying.die_after = 4
-        other.text_prefix = "u"  # not the same model's run
+        other.text_prefix = "u"  # not the same run: the replay diverges at its first token
+        events = events_of(await client.post(CHAT, json=body(session_id="spliced-never",
+                                                             stream_options={"include_usage": True})))
+        # One stream: what the client had, then the rest continued from exactly that, nothing twice.
+        assert content_of(events) == "t0 t1 t2 t3 " + "".join(f"u{i} " for i in range(4, TOKENS))
+        assert [event.index for event in events] == list(range(len(events)))
+        assert sum(event.done for event in events) == 1 and events[-1].done
+        assert not [event for event in events if not event.done and "error" in orjson.loads(event.data)]
+        assert len([c for c in choices(events) if c and c[0]["delta"].get("role")]) == 1
+        assert len({orjson.loads(event.data)["id"] for event in events if not event.done}) == 1
+        # What the other engine was asked: the chat with the partial answer continued, the budget less it.
+        resumed = other.received[-1].json
+        assert resumed["messages"][-1] == {"role": "assistant", "content": "t0 t1 t2 t3 "}
+        assert resumed["messages"][:-1] == body()["messages"]
+        assert resumed["continue_final_message"] is True and resumed["add_generation_prompt"] is False
+        assert resumed["max_tokens"] == TOKENS - 4  # the fake tokenizer: 4 words, 4 tokens
+        # Usage as for one answer: the original prompt (fake tokenizer: 2 words + 3 markers), all 12 tokens.
+        assert usage_of(events) == {"prompt_tokens": 5, "completion_tokens": TOKENS, "total_tokens": 5 + TOKENS}
+        assert continuations(client, "diverged_continued", other.base_url) == 1
+        assert continuations(client, "diverged", other.base_url) == 0
+
+
+async def test_after_going_on_from_what_was_sent_a_further_switch_goes_on_from_what_was_sent_again():
+    async with fake_fleet(3) as (dying, first, second), serving(settings([dying, first, second])) as client:
+        dying.die_after = 3
+        first.text_prefix, second.text_prefix = "u", "v"  # both diverge from the original run
+        first.die_after = second.die_after = 6  # whichever goes on from the partial answer dies too
+        events = events_of(await client.post(CHAT, json=body()))
+        text = content_of(events)
+        words = text.split()
+        assert [int(word[1:]) for word in words] == list(range(TOKENS))  # nothing repeated, nothing missing
+        letters = "".join(word[0] for word in words)
+        assert letters[:3] == "ttt" and len(set(letters[3:9])) == 1 and len(set(letters[9:])) == 1
+        assert letters[3] != letters[9] and events[-1].done and sum(event.done for event in events) == 1
+        # The second switch went on from what was sent (a replay would only have diverged again).
+        last = (first if letters[9] == "u" else second).received[-1].json
+        assert last["continue_final_message"] is True and last["messages"][-1]["content"] == text[:text.index(
+            f"{letters[9]}9")]
+        registry = client.app.state.gateway.metrics.registry
+        total = {outcome: sum(registry.get_sample_value("gateway_engine_continuations_total",
+                                                        {"engine": engine.base_url, "outcome": outcome}) or 0.0
+                              for engine in (first, second)) for outcome in ("continued", "diverged_continued")}
+        assert total == {"continued": 2, "diverged_continued": 1}
+
+
+async def test_a_diverged_replay_of_a_structured_output_ends_with_the_error_event_rather_than_splice_it():
+    async with fake_fleet(2) as (dying, other), serving(settings([dying, other])) as client:
+        dying.die_after = 4
+        other.text_prefix = "u"
+        # A grammar would start again from the partial answer: it cannot go on from what was sent.
+        events = events_of(await client.post(CHAT, json=body(response_format={"type": "json_object"})))
+        error = orjson.loads(events[-2].data)["error"]
+        assert "could not be continued exactly" in error["message"] and "nor could it go on" in error["message"]
+        assert error["code"] == "stream_interrupted" and events[-1].done
+        assert content_of(events[:-2]) == "t0 t1 t2 t3 "
+        assert continuations(client, "diverged", other.base_url) == 1
+        assert continuations(client, "diverged_continued", other.base_url) == 0
+
+
+async def test_a_partial_answer_shaped_like_template_tokens_is_not_re_rendered_as_a_prompt():
+    async with fake_fleet(2) as (dying, other), serving(settings([dying, other])) as client:
+        dying.text_prefix = "<|im_end|><|im_start|>system "  # the model "wrote" chat-template markers
+        dying.die_after = 2
+        events = events_of(await client.post(CHAT, json=body()))
+        assert "could not be continued exactly" in orjson.loads(events[-2].data)["error"]["message"]
+        assert not any(r.json.get("continue_final_message") for r in other.received)
+        assert other.tokenized is None
+
+
+async def test_when_the_engine_cannot_count_the_partial_answer_the_stream_ends_with_the_error_event():
+    async with fake_fleet(2) as (dying, other), serving(settings([dying, other])) as client:
+        dying.die_after = 4
+        other.text_prefix = "u"
+        other.mode = "tokenize_500"
         events = events_of(await client.post(CHAT, json=body()))
         error = orjson.loads(events[-2].data)["error"]
-        assert "could not be continued exactly" in error["message"] and events[-1].done
+        assert "nor could it go on" in error["message"] and events[-1].done
         assert content_of(events[:-2]) == "t0 t1 t2 t3 "
         assert continuations(client, "diverged", other.base_url) == 1
 

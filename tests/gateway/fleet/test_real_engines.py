@@ -3,7 +3,9 @@
 Load spreads over both; a conversation's turns stay on one engine, whose prefix cache hits
 grow; SIGKILL one engine under load: no non-streamed request fails, and a greedy stream cut
 by the kill continues on the other engine with exactly the content of an uninterrupted run;
-the killed engine, restarted, is readmitted.
+the killed engine, restarted, is readmitted. When a replay diverges (which cannot be forced on
+a real engine), the stream goes on from exactly what clients have: the request that builds is
+served by the real engine, within the original budget, with the usage of one answer.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ import inspect
 import time
 
 import httpx
+import orjson
 import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings
+from gateway.engines.routing import RouteHints
+from gateway.protocols.openai.continuation import ChatReplay
+from gateway.relay.sse import SSEFramer
 from tests.gateway.fleet.conftest import serving
 from tests.support.fleet import FleetHandle
 from tests.support.servers import serve_uvicorn
@@ -76,6 +82,54 @@ async def test_a_conversations_turns_land_on_one_engine_and_its_prefix_cache_hit
     assert sorted(served) == [0, 4]
     # Turns 2-4 each find at least the system prompt's whole blocks (~560 tokens: 4 blocks) cached.
     assert hits[home] >= 3 * 4 * 128 and hits[1 - home] == 0, hits
+
+
+async def engine_events(engines, path: str, body: bytes) -> list[bytes]:
+    """Every event of one engine stream, read through the gateway's own engine client."""
+    stream = await engines.open_stream(path, body, route=RouteHints(model=MODEL))
+    framer, events = SSEFramer(), []
+    try:
+        assert stream.status == 200, (await stream.response.read())[:300]
+        while chunk := await stream.read():
+            events += framer.feed(chunk)
+    finally:
+        stream.close()
+    return events
+
+
+def text_and_usage(events: list[bytes]) -> tuple[str, dict]:
+    chunks = [orjson.loads(event[6:]) for event in events if event != b"data: [DONE]"]
+    text = "".join((chunk["choices"] or [{}])[0].get("delta", {}).get("content") or "" for chunk in chunks)
+    return text, [chunk["usage"] for chunk in chunks if chunk.get("usage")][-1]
+
+
+async def test_going_on_from_what_was_sent_is_a_request_the_real_engine_serves_within_the_budget(vllm_fleet):
+    budget = 200
+    body = orjson.dumps({"model": MODEL, "messages": [{"role": "system", "content": SYSTEM},
+                                                      {"role": "user", "content": "Tell me about the keeper."}],
+                         "max_tokens": budget, "temperature": 0, "ignore_eos": True, "stream": True,
+                         "stream_options": {"include_usage": True}})
+    async with serving(fleet_settings(vllm_fleet)) as client:
+        engines = client.app.state.gateway.engines
+        events = await engine_events(engines, CHAT, body)
+        full, usage = text_and_usage(events)
+        delivered = [b"id: s:%d\n%s\n\n" % (index, event) for index, event in enumerate(events[:41])]  # role + 40
+        partial, _ = text_and_usage([*events[:41], events[-2]])
+        replay = await ChatReplay(CHAT, body).resume(delivered, engines=engines, route=RouteHints(model=MODEL),
+                                                     request_id="resume-on-a-real-engine")
+        assert replay is not None
+        sent = orjson.loads(replay.body)
+        assert sent["messages"][-1] == {"role": "assistant", "content": partial} and sent["continue_final_message"]
+        resumed = [event for event in replay.filter(b"".join(event + b"\n\n" for event in await engine_events(
+            engines, replay.path, replay.body))).split(b"\n\n") if event]
+    rest, resumed_usage = text_and_usage(resumed)
+    assert resumed[-1] == b"data: [DONE]" and rest and not rest.startswith(partial[:20])
+    # The partial answer took at least its 40 tokens of the budget; the rest took what was left.
+    spent = budget - sent["max_tokens"]
+    assert spent >= 40
+    assert resumed_usage == {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": budget,
+                             "total_tokens": usage["prompt_tokens"] + budget}
+    assert len(full) > len(partial)
 
 
 async def read_events(response: httpx.Response, events: list[Event]) -> None:

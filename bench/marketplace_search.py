@@ -1,7 +1,7 @@
 """Marketplace search latency at a million products, on SQLite and on a throw-away PostgreSQL.
 
     python -m bench.marketplace_search [--products 1000000] [--suppliers 20000] [--runs 200]
-                                       [--databases sqlite,postgresql]
+                                       [--databases sqlite,postgresql] [--queries cursor,nearest]
 
 Loads the same synthetic catalogue (the demo templates, suppliers spread around twelve
 Indonesian cities, categories as paths of the tree) into a fresh SQLite file and a fresh
@@ -198,12 +198,15 @@ async def _timed(sessions, criteria: SearchCriteria, by_cursor: bool) -> tuple[f
         return (time.perf_counter() - started) * 1000, page.total
 
 
-async def measure(url: str, *, runs: int, warmup: int = 5) -> dict[str, dict]:
+async def measure(url: str, *, runs: int, warmup: int = 5, only: list[str] | None = None) -> dict[str, dict]:
+    """p50/p99 of each query (``only``: those whose name contains one of these words)."""
     engine = create_engine(url, pool_size=2)
     sessions = create_sessionmaker(engine)
     results = {}
     try:
         for name, make in queries(random.Random(42)).items():
+            if only and not any(word in name for word in only):
+                continue
             timings, totals = [], []
             for i in range(warmup + runs):
                 elapsed, total = await _timed(sessions, *make())
@@ -260,15 +263,16 @@ async def main_async(args: argparse.Namespace) -> dict:
               "generate_s": time.perf_counter() - started,
               "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
     databases = args.databases.split(",")
+    only = [word for word in (getattr(args, "queries", None) or "").split(",") if word]
     if "sqlite" in databases:
         with tempfile.TemporaryDirectory(prefix="bench-market-") as directory:
             url = f"sqlite+aiosqlite:///{directory}/bench.db"
             load_s = await load(url, suppliers, products)
-            report["sqlite"] = {"load_s": load_s, "queries": await measure(url, runs=args.runs)}
+            report["sqlite"] = {"load_s": load_s, "queries": await measure(url, runs=args.runs, only=only)}
     if "postgresql" in databases:
         async with throwaway_postgres(POSTGRES_SETTINGS) as cluster:
             load_s = await load(cluster.dsn, suppliers, products)
-            report["postgresql"] = {"load_s": load_s, "queries": await measure(cluster.dsn, runs=args.runs)}
+            report["postgresql"] = {"load_s": load_s, "queries": await measure(cluster.dsn, runs=args.runs, only=only)}
     report["loadavg_end"] = os.getloadavg()[0]
     return report
 
@@ -279,6 +283,8 @@ def main() -> None:
     parser.add_argument("--suppliers", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--queries", default="", help="only the queries whose name contains one of these "
+                        "comma-separated words (e.g. 'cursor,nearest'): to measure one again")
     parser.add_argument("--output", type=Path, default=RESULTS, help="directory for marketplace_search.{json,md}")
     args = parser.parse_args()
     report = asyncio.run(main_async(args))

@@ -34,3 +34,9 @@ async def test_every_query_runs_and_the_table_lists_it():
     for name in measured:
         assert f"| {name} |" in table
     assert "PostgreSQL" in table and "| - |" in table  # no PostgreSQL run: its cells say so
+
+
+async def test_queries_may_be_measured_again_alone():
+    args = argparse.Namespace(products=3000, suppliers=60, runs=2, databases="sqlite", queries="cursor,nearest")
+    measured = (await bench.main_async(args))["sqlite"]["queries"]
+    assert set(measured) == {f"deep page by cursor (after row {bench.DEEP_OFFSET:,})", "nearest anywhere, page 1"}

@@ -78,6 +78,14 @@ def session_processes(session: int) -> list[int]:
     return found
 
 
+def default_stop_signals() -> None:
+    """In the child: SIGINT and SIGTERM as a terminal gives them. A signal ignored when bash starts
+    cannot be trapped, and the test process may ignore SIGINT by then (an earlier test's server
+    in this process can leave it so): run.sh would then never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.fixture
 def stack():
     """``stack(command, env)`` starts it in a new session and returns (process, output up to the ready banner);
@@ -86,7 +94,8 @@ def stack():
 
     def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[str]]:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                   preexec_fn=default_stop_signals)
         sessions.append(process.pid)
         seen = []
         for line in process.stdout:

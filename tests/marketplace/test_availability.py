@@ -70,7 +70,7 @@ async def test_a_database_down_at_start_up_leaves_the_gateway_serving(fake_engin
         marketplace = ready.json()["features"]["marketplace"]
         assert marketplace["ready"] is False and marketplace["database"] == "down"
         assert marketplace["problem"] == "connection refused" and marketplace["failed_attempts"] == 1
-        assert (await client.get("/health")).json()["features"]["marketplace"]["ready"] is False
+        assert (await client.get("/health", headers=READ)).json()["features"]["marketplace"]["ready"] is False
 
 
 async def test_the_marketplace_comes_up_by_itself_once_its_database_can_be_opened(tmp_path, fake_engine):

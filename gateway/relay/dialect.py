@@ -29,17 +29,19 @@ class StreamResult:
     how: str = "completed"          # completed | client_disconnect | cancelled | error
     error: str | None = None
     content_events: int | None = 0  # None: not counted by the tracker (the caller's log knows)
+    preamble_events: int = 0        # counted events that carry no token (OpenAI's role chunk)
 
     def estimated_usage(self) -> dict | None:
         """For streams cut before the engine reported usage: one content event per decoded token.
 
         vLLM emits one event per decode step (per choice), so the count of content
-        events is the completion tokens generated before the abort. Prompt tokens are
-        unknown then and not counted.
+        events, less the preamble that carries no token, is the completion tokens generated
+        before the abort. Prompt tokens are unknown then and not counted.
         """
-        if not self.content_events:
+        tokens = (self.content_events or 0) - self.preamble_events
+        if tokens <= 0:
             return None
-        return {"prompt_tokens": 0, "completion_tokens": self.content_events}
+        return {"prompt_tokens": 0, "completion_tokens": tokens}
 
     def counted_usage(self) -> dict | None:
         return self.usage or self.estimated_usage()

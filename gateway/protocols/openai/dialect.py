@@ -19,6 +19,7 @@ from gateway.relay.sse import SEPARATOR, event_json, split_events
 
 DONE = b"data: [DONE]"
 DONE_FRAME_TAIL = DONE + b"\n\n"
+ROLE_FIELD = b'"role":"assistant"'
 # finish_reason of the chunk that ends a cancelled generation (not an OpenAI value: clients
 # that switch on finish_reason see something they can tell apart from "stop" and "length").
 CANCELLED_FINISH_REASON = "cancelled"
@@ -36,7 +37,7 @@ def _last_two_events(block: bytes) -> int:
 
 
 class OpenAITracker:
-    __slots__ = ("ended", "_relay_usage", "_collect_text", "_count_events", "_result", "_parts")
+    __slots__ = ("ended", "_relay_usage", "_collect_text", "_count_events", "_result", "_parts", "_first_read")
 
     def __init__(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> None:
         self.ended = False
@@ -46,8 +47,15 @@ class OpenAITracker:
         self._count_events = count_events
         self._result = StreamResult(content_events=0 if count_events else None)
         self._parts: list[str] = []
+        self._first_read = True
 
     def accept(self, block: bytes) -> bytes:
+        if self._first_read:
+            # A chat stream opens with one role-only chunk per choice (vLLM: in its first
+            # read): events, but no token. A completion stream has none. JSON escapes the
+            # quotes inside strings, so the key is only ever a real role field.
+            self._first_read = False
+            self._result.preamble_events = block.count(ROLE_FIELD)
         if self._collect_text:
             kept = self.accept_events(split_events(block))
             return SEPARATOR.join(kept) + SEPARATOR if kept else b""

@@ -55,3 +55,17 @@ def test_a_tracker_told_not_to_count_leaves_the_count_to_its_caller():
                                                                                       b"data: [DONE]")
     assert tracker.ended and tracker.result().content_events is None
     assert tracker.result().usage == {"prompt_tokens": 1}
+
+
+def test_the_role_chunks_that_open_a_chat_stream_are_not_counted_as_tokens():
+    # vLLM opens a chat stream with one role-only chunk per choice, then one chunk per token;
+    # a stream cut before its usage chunk is billed 3 tokens here, not 5.
+    role = b'data: {"choices":[{"index":%d,"delta":{"role":"assistant","content":""}}]}'
+    quoted = b'data: {"choices":[{"index":0,"delta":{"content":"\\"role\\":\\"assistant\\""}}]}'
+    tracker = OpenAITracker(relay_usage=False, collect_text=False)
+    tracker.accept(block(role % 0, role % 1, CONTENT))
+    tracker.accept(block(quoted, CONTENT))
+    assert tracker.result().estimated_usage() == {"prompt_tokens": 0, "completion_tokens": 3}
+    only_roles = OpenAITracker(relay_usage=False, collect_text=False)
+    only_roles.accept(block(role % 0))
+    assert only_roles.result().estimated_usage() is None  # nothing generated, nothing billed

@@ -1,9 +1,10 @@
 """Profile the gateway under one benchmark load with py-spy: where does its CPU go?
 
-    python -m bench.profile [--variant off] [--stream] [--concurrency 32] [--seconds 8]
+    python -m bench.profile [--variant off] [--stream] [--concurrency 32] [--seconds 8] [--baseline-tree DIR]
 
 Starts the fake upstream and one gateway (pinned as in bench.run), drives the load for a
-few seconds while ``py-spy record`` samples the gateway, then prints the functions with the
+few seconds while ``py-spy record`` samples the gateway (``--baseline-tree DIR``: the
+gateway of that checkout instead, to compare two profiles), then prints the functions with the
 most samples (own time and inclusive time) and keeps the collapsed stacks (flame-graph
 input) in bench/results/tmp/. Needs ``py-spy`` (pip install py-spy).
 """
@@ -18,10 +19,11 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import bench.run
 from bench.loadgen import Scenario, run_load
 from bench.machine import REPO_ROOT
 from bench.procs import Pinning, boost_priority, raise_fd_limit, start_fake_upstream, stop_server
-from bench.run import AUTH_HEADERS, FAKE_MODEL, VARIANTS, start_gateway
+from bench.run import AUTH_HEADERS, BASELINE, FAKE_MODEL, VARIANTS, start_gateway
 
 OUT_DIR = Path(__file__).resolve().parent / "results" / "tmp"
 
@@ -46,11 +48,12 @@ async def profile(args: argparse.Namespace, tmp: Path) -> Path:
     pinning = Pinning.choose(True)
     pinning.pin_self()
     upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores)
-    gateway = await start_gateway(args.variant, upstream_url=upstream.base_url, tmp=tmp,
+    variant = args.variant + BASELINE if args.baseline_tree is not None else args.variant
+    gateway = await start_gateway(variant, upstream_url=upstream.base_url, tmp=tmp,
                                   log_dir=tmp, cores=pinning.server_cores, postgres_dsn=args.dsn)
     scenario = Scenario(stream=args.stream, concurrency=args.concurrency,
                         max_tokens=256 if args.stream else 16)
-    output = OUT_DIR / f"profile-{args.variant}-{scenario.key}.txt"
+    output = OUT_DIR / f"profile-{variant}-{scenario.key}.txt"
     try:
         await run_load(base_url=gateway.base_url, model=FAKE_MODEL, scenario=scenario,
                        duration=1.0, warmup=0, headers=AUTH_HEADERS)
@@ -78,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn", help="SESSIONS_DATABASE_URL for the postgres variant")
     parser.add_argument("--py-spy", default=shutil.which("py-spy")
                         or str(Path(sys.executable).with_name("py-spy")))
+    parser.add_argument("--baseline-tree", type=Path, help="profile the gateway of this checkout instead")
     args = parser.parse_args(argv)
+    if args.baseline_tree is not None:
+        bench.run.BASELINE_TREE = args.baseline_tree.resolve()
     raise_fd_limit()
     boost_priority(-10)
     OUT_DIR.mkdir(parents=True, exist_ok=True)

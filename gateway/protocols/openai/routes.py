@@ -68,7 +68,7 @@ class OpenAIRelay:
         resume_from = None
         # Headers and query parameters parsed only when a resume may be asked for (a Starlette
         # Headers and QueryParams per request were a measurable part of a non-streamed one).
-        asks_resume = scope["query_string"] or any(name == b"last-event-id" for name, _ in scope["headers"])
+        asks_resume = scope["query_string"] or _has_header(scope["headers"], b"last-event-id")
         if path == CHAT_PATH and asks_resume:
             resume_from = resume_value(request.headers, request.query_params)
         if resume_from is not None and core.streams.resumable:
@@ -183,6 +183,13 @@ COMPLETION_SCHEMA = {
     "description": "OpenAI's completion request; every field vLLM accepts passes through unchanged.",
     "properties": {**_COMMON, "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
 }
+
+
+def _has_header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:
+    for name, _ in headers:  # a plain loop: a generator here cost one call per header per request
+        if name == wanted:
+            return True
+    return False
 
 
 def _known_cards(engines) -> list[dict]:

@@ -671,6 +671,9 @@ def write_report(results: dict) -> None:
              f"commit {results['machine']['git_commit']}, {results['machine']['cpu_model']}, "
              f"{results['machine']['cpu_count']} cores (shared with other work: its CPU share is given per figure).",
              ""]
+    if results.get("measured_at"):
+        lines += ["Measured in parts: " + ", ".join(f"{part} {when}" for part, when in results["measured_at"].items())
+                  + ".", ""]
     policies = results.get("policies")
     if policies:
         plan = results["plan"]
@@ -874,8 +877,31 @@ async def main_async(args) -> None:
             print(f"routing cost in process: {results['routing_cost']}", flush=True)
             print("gateway CPU per request (fake engines):", flush=True)
             results["cpu"] = await measure_cpu(rounds=args.cpu_rounds, duration=args.cpu_duration, tmp=tmp)
+    if args.merge:
+        results = merged(json.loads((RESULTS_DIR / "fleet.json").read_text()), results)
     write_report(results)
     print(f"written: {RESULTS_DIR / 'fleet.md'}", flush=True)
+
+
+def parts_in(results: dict) -> set[str]:
+    """The parts (``--parts`` names) whose figures ``results`` holds."""
+    workloads = set(results.get("policies", {}))
+    parts = {"policies"} if workloads - {"scarce-kv"} else set()
+    parts |= {"scarce"} if "scarce-kv" in workloads else set()
+    parts |= {"fault"} if "fault" in results else set()
+    return parts | ({"cpu"} if {"cpu", "routing_cost"} & set(results) else set())
+
+
+def merged(earlier: dict, now: dict) -> dict:
+    """``now`` with the parts it did not measure taken from ``earlier``, and when each part was measured."""
+    measured_at = {part: earlier["machine"]["when"] for part in parts_in(earlier)} | dict(
+        earlier.get("measured_at") or {})
+    measured_at |= {part: now["machine"]["when"] for part in parts_in(now)}
+    out = {**earlier, **{key: value for key, value in now.items() if key != "policies"}}
+    out["policies"] = {**earlier.get("policies", {}), **now.get("policies", {})}
+    out["plan"] = {**earlier.get("plan", {}), **now["plan"]}
+    out["measured_at"] = measured_at
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -891,6 +917,8 @@ def main(argv: list[str] | None = None) -> None:
                              "scarce (two engines with a scarce KV cache), cpu [all four]")
     parser.add_argument("--fault-answer-tokens", type=int, default=256)
     parser.add_argument("--report-only", action="store_true", help="rewrite fleet.md from fleet.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the parts of the existing fleet.json that this run does not measure")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="seconds to wait for the shared machine to calm down first [600; --quick: 0]")
     args = parser.parse_args(argv)

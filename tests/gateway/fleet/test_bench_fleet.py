@@ -124,3 +124,16 @@ def test_the_share_on_the_prefixs_engine_counts_only_policies_that_route_by_pref
              'gateway_routing_decisions_total{policy="prefix",reason="prefix_overflow"}': 2.0,
              'gateway_engine_retries_total{engine="a"}': 1.0}
     assert bench.routing_decisions(before, after) == {"prefix": 4.0, "prefix_overflow": 2.0}
+
+
+def test_a_merged_run_keeps_the_parts_it_did_not_measure_and_says_when_each_was_measured():
+    earlier = {"machine": {"when": "monday"}, "quick": False, "plan": {"rounds": 3, "concurrency": 8},
+               "policies": {"own-context": {"prefix": 1}, "scarce-kv": {"prefix": 2}}, "kv": {"blocks": 336},
+               "fault": {"failed": 0}, "cpu": {"x": 1}, "routing_cost": {"1 engine": 6.0}}
+    now = {"machine": {"when": "tuesday"}, "quick": False, "plan": {"rounds": 5},
+           "policies": {"scarce-kv": {"prefix": 3}}, "kv": {"blocks": 340}}
+    out = bench.merged(earlier, now)
+    assert out["policies"] == {"own-context": {"prefix": 1}, "scarce-kv": {"prefix": 3}}
+    assert out["kv"] == {"blocks": 340} and out["fault"] == {"failed": 0} and out["cpu"] == {"x": 1}
+    assert out["plan"] == {"rounds": 5, "concurrency": 8}
+    assert out["measured_at"] == {"policies": "monday", "fault": "monday", "cpu": "monday", "scarce": "tuesday"}

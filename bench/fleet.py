@@ -1,6 +1,6 @@
 """The engine fleet's benchmark: routing policies on two real engines, a fault run, routing's CPU cost.
 
-    python -m bench.fleet                 # everything (~20-25 min here); results in bench/results/fleet.*
+    python -m bench.fleet                 # everything (~17 min here); results in bench/results/fleet.*
     python -m bench.fleet --quick         # a smoke run (small workload, one round)
     options: --rounds N --conversations N --turns N --concurrency N --parts policies,fault,scarce,cpu
 
@@ -694,7 +694,11 @@ def write_report(results: dict) -> None:
                           f"(`--num-gpu-blocks-override`, {100 * kv['share_of_working_set']:.0f}% of that; "
                           "the default 1 GiB is 16,384"
                           + (f"; the engines reported {', '.join(map(str, kv['engines_report_blocks']))}"
-                             if kv.get("engines_report_blocks") else "") + ").", ""]
+                             if kv.get("engines_report_blocks") else "") + "). Why: the default cache holds "
+                          "every conversation on both engines, so round robin loses only each conversation's first "
+                          "visit to each engine; with this one, prefix affinity's half of the conversations fits on "
+                          "each engine, and round robin, which needs all of them on each, evicts (docs/fleet.md, "
+                          "Benchmark).", ""]
             lines += ["| policy | prefix-cache hit rate | TTFT p50 | TTFT p99 | on the prefix's engine | "
                       "prompt tokens / request | preemptions | errors | others' CPU |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -707,8 +711,12 @@ def write_report(results: dict) -> None:
                              f"{row['errors']} | {_pct(row['others_cpu_share'])} |")
             prefix, rr = by_policy.get("prefix"), by_policy.get("round_robin")
             if prefix and rr and prefix["hit_rate"] and rr["hit_rate"]:
+                per_round = [f"{a['hit_rate'] / b['hit_rate']:.2f}x" for a, b in
+                             zip(prefix.get("rounds", ()), rr.get("rounds", ()), strict=False)
+                             if a["hit_rate"] and b["hit_rate"]]
                 lines += ["", f"prefix / round robin: hit rate {prefix['hit_rate'] / rr['hit_rate']:.2f}x, "
-                              f"TTFT p50 {prefix['ttft_p50_ms'] / rr['ttft_p50_ms']:.2f}x."]
+                              f"TTFT p50 {prefix['ttft_p50_ms'] / rr['ttft_p50_ms']:.2f}x."
+                              + (f" Hit rate per round: {', '.join(per_round)}." if len(per_round) > 1 else "")]
             lines.append("")
     fault = results.get("fault")
     if fault:

@@ -1,8 +1,8 @@
 """The engine fleet's benchmark: routing policies on two real engines, a fault run, routing's CPU cost.
 
-    python -m bench.fleet                 # everything (~15-25 min here); results in bench/results/fleet.*
+    python -m bench.fleet                 # everything (~17 min here); results in bench/results/fleet.*
     python -m bench.fleet --quick         # a smoke run (small workload, one round)
-    options: --rounds N --conversations N --turns N --concurrency N --parts policies,fault,cpu
+    options: --rounds N --conversations N --turns N --concurrency N --parts policies,fault,scarce,cpu
 
 1. Policies. Two vLLM CPU engines (``launch_vllm.sh``, embedded model, one core each) behind one
    gateway per policy (``prefix``, ``round_robin``, ``least_load``). Two multi-turn chat
@@ -13,6 +13,15 @@
    of ``vllm:prefix_cache_hits_total`` over ``vllm:prefix_cache_queries_total``, tokens, summed
    over both engines) and the time to first token, p50/p99. Rounds interleave the policies,
    and every run uses its own prompts (a salt), so no run finds another's conversations cached.
+1b. Scarce KV cache (``scarce-kv``). The engines' default KV cache (1 GiB: two million tokens
+   of the embedded model) holds every conversation of a run on every engine, so round robin
+   loses only the first visit of each conversation to each engine. In production the cache
+   is smaller than what the users in flight need. So a second engine pair gets a KV cache of
+   ``--num-gpu-blocks-override`` blocks: a share (``kv_share``, 0.6) of the working set (the
+   conversations in flight at their last turn, counted with the model's own tokenizer and
+   chat template), more than half of it, less than all: prefix affinity splits the working
+   set over the two engines and each half fits; round robin needs all of it on each engine,
+   which does not fit, so its least recently used conversations are evicted.
 2. Fault run. The ``shared-system`` workload through the ``prefix`` gateway, half the
    conversations streamed in named sessions and half not; after a clean run of the same
    prompts (the reference answers), the same run again, and one engine is killed (SIGKILL to
@@ -31,8 +40,10 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
+import re
 import signal
 import tempfile
 import time
@@ -87,6 +98,8 @@ class Workload:
     # each one's turns to the same engine whenever the concurrency is even (measured: that made
     # round robin look like affinity), which real traffic does not do.
     think_seconds: float = 0.3
+    # Each engine's KV cache as a share of the working set (None: the engine's default, 1 GiB).
+    kv_share: float | None = None
 
     # The salt opens each prompt once (a different first block makes every later block's hash
     # differ too), as a fixed-length tag, so every run's prompts have the same token counts.
@@ -101,6 +114,10 @@ class Workload:
         return f"[document {tag(f'{salt}-{conversation}')}] {lines}{question}"
 
 
+def follow_up(index: int) -> str:
+    return f"Thank you. Follow-up {index}: and the fewest?"
+
+
 def tag(text: str) -> str:
     """A fixed-length tag for ``text`` (8 hex digits)."""
     return f"{zlib.crc32(text.encode()):08x}"
@@ -113,6 +130,19 @@ class RunRecord:
     answers: dict[tuple[int, int], str] = field(default_factory=dict)
     requests: int = 0
     prompt_tokens: int = 0
+    largest_prompt: int = 0  # prompt tokens of the longest request (a conversation's last turn)
+    failures: list[dict] = field(default_factory=list)  # what each failed request got
+
+    def failed(self, kind: str, body: dict, detail: str) -> None:
+        self.errors[kind] += 1
+        self.failures.append({"kind": kind, "streamed": bool(body.get("stream")),
+                              "turn": len(body["messages"]) // 2 - 1, "session_id": body.get("session_id"),
+                              "detail": detail[:300]})
+
+    def count_usage(self, usage: dict) -> None:
+        tokens = usage.get("prompt_tokens", 0)
+        self.prompt_tokens += tokens
+        self.largest_prompt = max(self.largest_prompt, tokens)
 
 
 # --- the engines ------------------------------------------------------------------------------------
@@ -137,6 +167,15 @@ class Engine:
                     values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
         return values
 
+    async def kv_blocks(self, session: aiohttp.ClientSession) -> int | None:
+        """The KV cache blocks the engine allocated (``vllm:cache_config_info``, else its log)."""
+        async with session.get(self.base_url + "/metrics") as response:
+            found = re.search(r'num_gpu_blocks="(\d+)"', await response.text())
+        if found is None:
+            found = re.search(r"after num_gpu_blocks is: (\d+)",
+                              (self.log_dir / "engine.log").read_text(errors="replace"))
+        return int(found.group(1)) if found else None
+
     def kill(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
 
@@ -152,8 +191,9 @@ class Engine:
                 await self.process.wait()
 
 
-async def start_engine(*, core: int | None, log_dir: Path) -> Engine:
-    """``launch_vllm.sh`` (embedded model) in its own process group, on ``core`` when given."""
+async def start_engine(*, core: int | None, log_dir: Path, kv_blocks: int | None = None) -> Engine:
+    """``launch_vllm.sh`` (embedded model) in its own process group, on ``core`` when given;
+    with ``kv_blocks``, a KV cache of that many blocks (``--num-gpu-blocks-override``)."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MODEL": "embedded", "VLLM_HOST": "127.0.0.1", "VLLM_PORT": str(port),
@@ -168,7 +208,8 @@ async def start_engine(*, core: int | None, log_dir: Path) -> Engine:
             os.sched_setaffinity(0, {core})
 
     out = (log_dir / "launcher.log").open("wb")
-    process = await asyncio.create_subprocess_exec("bash", str(REPO_ROOT / "launch_vllm.sh"), cwd=REPO_ROOT,
+    flags = ["--num-gpu-blocks-override", str(kv_blocks)] if kv_blocks is not None else []
+    process = await asyncio.create_subprocess_exec("bash", str(REPO_ROOT / "launch_vllm.sh"), *flags, cwd=REPO_ROOT,
                                                    env=env, stdout=out, stderr=asyncio.subprocess.STDOUT,
                                                    preexec_fn=own_group)
     out.close()
@@ -208,12 +249,11 @@ async def turn(session: aiohttp.ClientSession, url: str, body: dict, record: Run
     try:
         async with session.post(url, data=orjson.dumps(body)) as response:
             if response.status != 200:
-                record.errors[f"http_{response.status}"] += 1
-                await response.read()
+                record.failed(f"http_{response.status}", body, (await response.read()).decode(errors="replace"))
                 return None
             if not body.get("stream"):
                 payload = orjson.loads(await response.read())
-                record.prompt_tokens += payload.get("usage", {}).get("prompt_tokens", 0)
+                record.count_usage(payload.get("usage") or {})
                 return payload["choices"][0]["message"]["content"]
             parts, first, done, buffer = [], None, False, b""
             async for chunk in response.content.iter_any():
@@ -226,10 +266,10 @@ async def turn(session: aiohttp.ClientSession, url: str, body: dict, record: Run
                         continue
                     obj = orjson.loads(data)
                     if "error" in obj:
-                        record.errors["error_event"] += 1
+                        record.failed("error_event", body, orjson.dumps(obj["error"]).decode())
                         return None
                     if obj.get("usage"):
-                        record.prompt_tokens += obj["usage"].get("prompt_tokens", 0)
+                        record.count_usage(obj["usage"])
                     for choice in obj.get("choices") or ():
                         piece = (choice.get("delta") or {}).get("content")
                         if piece:
@@ -237,13 +277,13 @@ async def turn(session: aiohttp.ClientSession, url: str, body: dict, record: Run
                                 first = time.perf_counter()
                             parts.append(piece)
             if not done:
-                record.errors["no_done"] += 1
+                record.failed("no_done", body, f"{len(parts)} content events, no [DONE]")
                 return None
             if first is not None:
                 record.ttfts.append((first - started) * 1000)
             return "".join(parts)
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-        record.errors[type(exc).__name__] += 1
+        record.failed(type(exc).__name__, body, repr(exc))
         return None
 
 
@@ -268,7 +308,7 @@ async def converse(session, url: str, workload: Workload, conversation: int, sal
             return
         record.answers[(conversation, index)] = answer
         messages = [*messages, {"role": "assistant", "content": answer},
-                    {"role": "user", "content": f"Thank you. Follow-up {index}: and the fewest?"}]
+                    {"role": "user", "content": follow_up(index)}]
 
 
 async def run_workload(url: str, workload: Workload, salt: str, *, streamed_share: float = 1.0,
@@ -327,6 +367,18 @@ def hit_rate(before: list[dict], after: list[dict]) -> tuple[float | None, list[
     return (hits / queries if queries else None), served
 
 
+def on_prefix_engine(decisions: dict[str, float]) -> float | None:
+    """The share of requests the prefix's own engine took (None: the policy does not route by prefix)."""
+    prefixed = {reason: count for reason, count in decisions.items() if reason.startswith("prefix")}
+    return decisions.get("prefix", 0.0) / sum(decisions.values()) if prefixed else None
+
+
+def preemptions(before: list[dict], after: list[dict]) -> float:
+    """Requests the engines preempted (no KV block left for them: their KV is dropped and recomputed)."""
+    return sum(a.get("vllm:num_preemptions_total", 0) - b.get("vllm:num_preemptions_total", 0)
+               for a, b in zip(after, before, strict=True))
+
+
 async def measure_policies(engines: list[Engine], gateways: dict[str, ServerProcess], workloads: list[Workload],
                            rounds: int, usage: Usage) -> dict:
     results: dict = {workload.name: {policy: [] for policy in gateways} for workload in workloads}
@@ -335,18 +387,23 @@ async def measure_policies(engines: list[Engine], gateways: dict[str, ServerProc
             for policy, gateway in gateways.items():
                 salt = f"{workload.name}-{policy}-r{round_index}"
                 before, cpu_before = await engine_totals(engines), await usage.snapshot()
+                decisions_before = await gateway_counters(gateway)
                 record, elapsed = await run_workload(gateway.base_url + "/v1/chat/completions", workload, salt)
                 after, cpu_after = await engine_totals(engines), await usage.snapshot()
+                decisions = routing_decisions(decisions_before, await gateway_counters(gateway))
                 rate, served = hit_rate(before, after)
                 run = {"hit_rate": rate, "served_per_engine": served, "requests": record.requests,
                        "errors": dict(record.errors), "ttft_p50_ms": percentile(record.ttfts, 50),
                        "ttft_p99_ms": percentile(record.ttfts, 99), "elapsed_s": elapsed,
                        "prompt_tokens_per_request": record.prompt_tokens / max(1, record.requests),
+                       "largest_prompt_tokens": record.largest_prompt, "preemptions": preemptions(before, after),
+                       "routing_decisions": decisions,
                        "others_cpu_share": Usage.others_share(cpu_before, cpu_after)}
                 results[workload.name][policy].append(run)
                 print(f"  round {round_index + 1} {workload.name:13s} {policy:11s} hit rate "
                       f"{100 * (rate or 0):5.1f}%  TTFT p50 {run['ttft_p50_ms']:7.1f} ms  p99 "
-                      f"{run['ttft_p99_ms']:7.1f} ms  served {served}  errors {sum(record.errors.values())}  "
+                      f"{run['ttft_p99_ms']:7.1f} ms  served {served}  preempted {run['preemptions']:.0f}  "
+                      f"errors {sum(record.errors.values())}  decisions {decisions}  "
                       f"others' CPU {100 * run['others_cpu_share']:.0f}%", flush=True)
     summary = {}
     for workload, by_policy in results.items():
@@ -360,9 +417,71 @@ async def measure_policies(engines: list[Engine], gateways: dict[str, ServerProc
                 "requests": sum(run["requests"] for run in runs),
                 "others_cpu_share": median_or_none([run["others_cpu_share"] for run in runs]),
                 "prompt_tokens_per_request": median_or_none([run["prompt_tokens_per_request"] for run in runs]),
+                "largest_prompt_tokens": max(run["largest_prompt_tokens"] for run in runs),
+                "preemptions": sum(run["preemptions"] for run in runs),
+                "on_prefix_engine": median_or_none([share for run in runs
+                                                    if (share := on_prefix_engine(run["routing_decisions"]))
+                                                    is not None]),
                 "rounds": runs,
             }
     return summary
+
+
+# --- 1b. a scarce KV cache: its size ------------------------------------------------------------------
+# vLLM's block on CPU (``platforms/cpu.py``: 128 tokens unless set); the embedded model's KV per token
+# is layers x KV heads x head_dim x 2 (K and V) x 2 bytes (bfloat16) = 2 x 1 x 64 x 2 x 2 = 512 bytes,
+# so a block is 64 KiB and the default 1 GiB (``VLLM_CPU_KVCACHE_SPACE``) is 16,384 blocks. That
+# variable takes whole GiB only (vLLM 0.32 reads it with ``int()``), and once set (the launcher
+# sets it) it overrides ``--kv-cache-memory-bytes`` (the CPU platform applies it after the
+# arguments); ``--num-gpu-blocks-override`` replaces the block count the sizing found, on CPU too
+# (``v1/core/kv_cache_utils.py``), so the benchmark gives the block count.
+KV_BLOCK_TOKENS = 128
+EMBEDDED_MAX_MODEL_LEN = 8192  # launch_vllm.sh's MAX_MODEL_LEN for the embedded model
+# vLLM refuses to start with a KV cache smaller than one request of max_model_len, plus its null block.
+MIN_KV_BLOCKS = EMBEDDED_MAX_MODEL_LEN // KV_BLOCK_TOKENS + 1
+ENGINE_PYTHON = REPO_ROOT / ".venvs" / "engine" / "bin" / "python"
+EMBEDDED_MODEL_DIR = REPO_ROOT / ".cache" / "models" / "embedded-qwen3"
+COUNT_TOKENS = """
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+text = tokenizer.apply_chat_template(json.load(sys.stdin), add_generation_prompt=True, tokenize=False)
+print(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+"""
+
+
+def last_turn(workload: Workload, salt: str, answer: str = "") -> list[dict]:
+    """The messages of a conversation's last turn, with ``answer`` for every earlier answer."""
+    messages = [{"role": "system", "content": workload.system(salt)},
+                {"role": "user", "content": workload.opening(0, salt)}]
+    for index in range(workload.turns - 1):
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up(index)}]
+    return messages
+
+
+async def conversation_tokens(workload: Workload) -> int:
+    """The tokens one conversation holds at its end: its last turn's prompt, counted by the model's
+    own tokenizer and chat template (in the engine's environment) with empty answers, plus every
+    answer (``answer_tokens`` each: the answers are greedy with ``ignore_eos``)."""
+    process = await asyncio.create_subprocess_exec(
+        str(ENGINE_PYTHON), "-c", COUNT_TOKENS, str(EMBEDDED_MODEL_DIR), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate(orjson.dumps(last_turn(workload, "sizing")))
+    if process.returncode:
+        raise RuntimeError(f"counting tokens failed: {err.decode(errors='replace').strip()[-300:]}")
+    return int(out) + workload.turns * workload.answer_tokens
+
+
+def kv_plan(workload: Workload, tokens_per_conversation: int, counted_by: str = "") -> dict:
+    """Each engine's KV cache for ``workload``: ``kv_share`` of the working set (the conversations in
+    flight, each at its end), in whole blocks, never below what vLLM needs to start."""
+    assert workload.kv_share is not None
+    per_conversation = math.ceil(tokens_per_conversation / KV_BLOCK_TOKENS)
+    working_set = min(workload.concurrency, workload.conversations) * per_conversation
+    blocks = max(math.ceil(workload.kv_share * working_set), MIN_KV_BLOCKS)
+    return {"block_tokens": KV_BLOCK_TOKENS, "tokens_per_conversation": tokens_per_conversation,
+            "blocks_per_conversation": per_conversation, "working_set_blocks": working_set,
+            "blocks_per_engine": blocks, "share_of_working_set": blocks / working_set, "counted_by": counted_by}
 
 
 # --- 2. the fault run ----------------------------------------------------------------------------------
@@ -373,7 +492,7 @@ async def gateway_counters(gateway: ServerProcess) -> dict[str, float]:
     counters: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(("gateway_engine_continuations_total", "gateway_engine_retries_total",
-                            "gateway_engine_errors_total")):
+                            "gateway_engine_errors_total", "gateway_routing_decisions_total")):
             name, value = line.rsplit(" ", 1)
             counters[name] = float(value)
     return counters
@@ -381,15 +500,29 @@ async def gateway_counters(gateway: ServerProcess) -> dict[str, float]:
 
 def stream_outcomes(before: dict, after: dict) -> dict:
     """Streams cut by the engine's death, and what became of them. ``continued`` counts each switch
-    to another engine; ``diverged`` a continued stream whose new engine then produced other text
-    (it ended with an explicit error event), so it is counted in both."""
+    to another engine; of those, ``diverged_continued`` one whose replay produced other text, after
+    which it went on from exactly what was sent, and ``diverged`` one that could not (it ended
+    with an explicit error event)."""
     name = "gateway_engine_continuations_total"
     switched = counter_delta(before, after, name, "continued")
     diverged = counter_delta(before, after, name, "diverged")
+    # A replay that produced other text, after which the stream went on from what was sent (it is continued).
+    from_sent = counter_delta(before, after, name, "diverged_continued")
     gave_up = sum(counter_delta(before, after, name, outcome) for outcome in ("no_engine", "refused",
                                                                              "not_continuable"))
     return {"streams_interrupted": switched + gave_up, "streams_continued": switched - diverged,
-            "streams_diverged": diverged, "streams_not_continued": gave_up}
+            "streams_continued_from_sent": from_sent, "streams_diverged": diverged,
+            "streams_not_continued": gave_up}
+
+
+def routing_decisions(before: dict, after: dict) -> dict[str, float]:
+    """The gateway's engine choices over a run, by reason (``prefix``, ``prefix_overflow``, ...)."""
+    out: dict[str, float] = {}
+    for name, value in after.items():
+        found = re.match(r'gateway_routing_decisions_total\{.*reason="([^"]+)"', name)
+        if found and value - before.get(name, 0.0):
+            out[found.group(1)] = out.get(found.group(1), 0.0) + value - before.get(name, 0.0)
+    return out
 
 
 def counter_delta(before: dict, after: dict, prefix: str, outcome: str | None = None) -> float:
@@ -427,6 +560,7 @@ async def fault_run(engines: list[Engine], gateway: ServerProcess, workload: Wor
         "streamed_share": 0.5,
         "failed": sum(record.errors.values()),
         "failures": dict(record.errors),
+        "failed_requests": record.failures,
         "clean_runs_failed": sum(reference.errors.values()) + sum(again.errors.values()),
         "killed_after_requests": killed.get("at_request"),
         **stream_outcomes(before, after),
@@ -537,6 +671,9 @@ def write_report(results: dict) -> None:
              f"commit {results['machine']['git_commit']}, {results['machine']['cpu_model']}, "
              f"{results['machine']['cpu_count']} cores (shared with other work: its CPU share is given per figure).",
              ""]
+    if results.get("measured_at"):
+        lines += ["Measured in parts: " + ", ".join(f"{part} {when}" for part, when in results["measured_at"].items())
+                  + ".", ""]
     policies = results.get("policies")
     if policies:
         plan = results["plan"]
@@ -546,17 +683,40 @@ def write_report(results: dict) -> None:
                   f"{plan['answer_tokens']}-token greedy streamed answers; medians over rounds.", ""]
         for workload, by_policy in policies.items():
             described = results["workloads"][workload]
-            lines += [f"**{workload}**: {described}", "",
-                      "| policy | prefix-cache hit rate | TTFT p50 | TTFT p99 | prompt tokens / request | errors | "
-                      "others' CPU |", "|---|---:|---:|---:|---:|---:|---:|"]
+            lines += [f"**{workload}**: {described}", ""]
+            kv = results.get("kv")
+            if workload == "scarce-kv" and kv:
+                lines += [f"{plan.get('scarce_concurrency', 2 * plan['concurrency'])} conversations at a time. Each "
+                          f"conversation ends holding {kv['tokens_per_conversation']} tokens "
+                          f"({kv['blocks_per_conversation']} blocks of {kv['block_tokens']}; counted by "
+                          f"{kv.get('counted_by') or 'the model tokenizer'}), so the conversations in flight need "
+                          f"{kv['working_set_blocks']} blocks; each engine has {kv['blocks_per_engine']} "
+                          f"(`--num-gpu-blocks-override`, {100 * kv['share_of_working_set']:.0f}% of that; "
+                          "the default 1 GiB is 16,384"
+                          + (f"; the engines reported {', '.join(map(str, kv['engines_report_blocks']))}"
+                             if kv.get("engines_report_blocks") else "") + "). Why: the default cache holds "
+                          "every conversation on both engines, so round robin loses only each conversation's first "
+                          "visit to each engine; with this one, prefix affinity's half of the conversations fits on "
+                          "each engine, and round robin, which needs all of them on each, evicts (docs/fleet.md, "
+                          "Benchmark).", ""]
+            lines += ["| policy | prefix-cache hit rate | TTFT p50 | TTFT p99 | on the prefix's engine | "
+                      "prompt tokens / request | preemptions | errors | others' CPU |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for policy, row in by_policy.items():
+                preempted, kept = row.get("preemptions"), row.get("on_prefix_engine")
                 lines.append(f"| {policy} | {_pct(row['hit_rate'])} | {row['ttft_p50_ms']:.1f} ms | "
-                             f"{row['ttft_p99_ms']:.1f} ms | {row['prompt_tokens_per_request']:.0f} | "
+                             f"{row['ttft_p99_ms']:.1f} ms | {'-' if kept is None else _pct(kept)} | "
+                             f"{row['prompt_tokens_per_request']:.0f} | "
+                             f"{'n/a' if preempted is None else f'{preempted:.0f}'} | "
                              f"{row['errors']} | {_pct(row['others_cpu_share'])} |")
             prefix, rr = by_policy.get("prefix"), by_policy.get("round_robin")
             if prefix and rr and prefix["hit_rate"] and rr["hit_rate"]:
+                per_round = [f"{a['hit_rate'] / b['hit_rate']:.2f}x" for a, b in
+                             zip(prefix.get("rounds", ()), rr.get("rounds", ()), strict=False)
+                             if a["hit_rate"] and b["hit_rate"]]
                 lines += ["", f"prefix / round robin: hit rate {prefix['hit_rate'] / rr['hit_rate']:.2f}x, "
-                              f"TTFT p50 {prefix['ttft_p50_ms'] / rr['ttft_p50_ms']:.2f}x."]
+                              f"TTFT p50 {prefix['ttft_p50_ms'] / rr['ttft_p50_ms']:.2f}x."
+                              + (f" Hit rate per round: {', '.join(per_round)}." if len(per_round) > 1 else "")]
             lines.append("")
     fault = results.get("fault")
     if fault:
@@ -567,14 +727,16 @@ def write_report(results: dict) -> None:
                   "the same prompts first (the reference answers, and how far greedy answers reproduce at all under "
                   f"this load), then the same run with engine 2 SIGKILLed after {fault['killed_after_requests']} of "
                   f"{fault['requests']} requests.", "",
-                  "| run | requests | failed | streams interrupted | continued to the end | diverged (error event) "
-                  "| not continued | retried before the first byte | answers differing from the reference |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-                  f"| clean, again | {fault['requests']} | {fault['clean_runs_failed']} | - | - | - | - | - | "
+                  "| run | requests | failed | streams interrupted | continued to the end | of them, from what was "
+                  "sent | diverged (error event) | not continued | retried before the first byte | answers differing "
+                  "from the reference |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                  f"| clean, again | {fault['requests']} | {fault['clean_runs_failed']} | - | - | - | - | - | - | "
                   f"{fault['clean_answers_differing']} of "
                   f"{fault.get('clean_answers_compared', fault['answers_compared'])} |",
                   f"| one engine killed | {fault['requests']} | {fault['failed']} | "
                   f"{fault['streams_interrupted']:.0f} | {fault['streams_continued']:.0f} | "
+                  f"{fault.get('streams_continued_from_sent', 0):.0f} | "
                   f"{fault['streams_diverged']:.0f} | {fault['streams_not_continued']:.0f} | "
                   f"{fault['retried_before_first_byte']:.0f} | "
                   f"{fault['answers_differing_from_reference']} of {fault['answers_compared']} |", ""]
@@ -608,11 +770,9 @@ def write_report(results: dict) -> None:
 WORKLOAD_TEXT = {
     "shared-system": "one long system prompt shared by every conversation, short turns",
     "own-context": "each conversation opens with its own long document, behind a short shared system prompt",
+    "scarce-kv": "the own-context prompts, twice the conversations at a time, and each engine's KV cache "
+                 "smaller than the conversations in flight need but more than half of it",
 }
-
-
-class _Done(Exception):
-    """No more real-engine parts to run."""
 
 
 def workloads_for(args) -> list[Workload]:
@@ -622,11 +782,54 @@ def workloads_for(args) -> list[Workload]:
             Workload("own-context", system_sentences=4, document_sentences=100, **common)]
 
 
+# Also measured on the scarce KV cache: prefix affinity with a looser load bound, i.e. what the
+# default bound (1.25) costs there in hits (the requests it moves off their prefix's engine) and buys
+# in balance.
+SCARCE_VARIANTS = {"prefix, load bound 2": {"ROUTING_POLICY": "prefix", "ROUTING_LOAD_BOUND": "2"}}
+
+
+def scarce_workload(args) -> Workload:
+    """The own-context prompts on engines whose KV cache holds 0.6 of the working set; twice the
+    conversations at a time (more users per engine, as in production: the hash then splits the
+    conversations in flight more evenly, so prefix affinity's half fits with room to spare)."""
+    return Workload("scarce-kv", system_sentences=4, document_sentences=100, conversations=args.conversations,
+                    turns=args.turns, answer_tokens=args.answer_tokens, concurrency=2 * args.concurrency,
+                    kv_share=0.6)
+
+
 def fault_workload(args) -> Workload:
     """The shared-system workload with longer answers and twice the conversations at a time, so
     several streams are open on the engine when it dies."""
     return Workload("fault", system_sentences=60, document_sentences=0, conversations=args.conversations,
                     turns=args.turns, answer_tokens=args.fault_answer_tokens, concurrency=2 * args.concurrency)
+
+
+@contextlib.asynccontextmanager
+async def engine_pair(tmp: Path, name: str, *, kv_blocks: int | None = None, variants: dict | None = None):
+    """Two engines (one core each) and one gateway per policy in front of them (and one per variant:
+    a name and its settings); their CPU meter."""
+    cores = sorted(os.sched_getaffinity(0))
+    placement = [cores[0], cores[1]] if len(cores) >= 2 else [None, None]
+    sized = f", {kv_blocks} KV blocks each" if kv_blocks is not None else ""
+    print(f"starting two engines (launch_vllm.sh, embedded model{sized}) ...", flush=True)
+    engines = list(await asyncio.gather(*(start_engine(core=core, log_dir=tmp / f"{name}-engine-{i}",
+                                                       kv_blocks=kv_blocks)
+                                          for i, core in enumerate(placement))))
+    gateways: dict[str, ServerProcess] = {}
+    try:
+        urls = ",".join(engine.base_url for engine in engines)
+        settings = {policy: {"ROUTING_POLICY": policy} for policy in POLICIES} | (variants or {})
+        for index, (label, env) in enumerate(settings.items()):
+            gateways[label] = await start_gateway(
+                f"{name}-gateway-{index}", env={"VLLM_BASE_URLS": urls, "SESSION_STORE": "memory", **env}, tmp=tmp)
+        usage = Usage([engine.tree.cpu_seconds for engine in engines]
+                      + [server.cpu_seconds for server in gateways.values()])
+        yield engines, gateways, usage
+    finally:
+        for server in gateways.values():
+            await stop_server(server)
+        for engine in engines:
+            await engine.stop()
 
 
 async def main_async(args) -> None:
@@ -643,43 +846,70 @@ async def main_async(args) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name:
         tmp = Path(tmp_name)
         if {"policies", "fault"} & set(args.parts):
-            cores = sorted(os.sched_getaffinity(0))
-            placement = [cores[0], cores[1]] if len(cores) >= 2 else [None, None]
-            print("starting two engines (launch_vllm.sh, embedded model) ...", flush=True)
-            engines = list(await asyncio.gather(*(start_engine(core=core, log_dir=tmp / f"engine-{i}")
-                                                  for i, core in enumerate(placement))))
-            gateways: dict[str, ServerProcess] = {}
-            try:
-                urls = ",".join(engine.base_url for engine in engines)
-                for policy in POLICIES:
-                    gateways[policy] = await start_gateway(
-                        f"gateway-{policy}", env={"VLLM_BASE_URLS": urls, "ROUTING_POLICY": policy,
-                                                  "SESSION_STORE": "memory"}, tmp=tmp)
-                usage = Usage([engine.tree.cpu_seconds for engine in engines]
-                              + [server.cpu_seconds for server in gateways.values()])
+            async with engine_pair(tmp, "default-kv") as (engines, gateways, usage):
                 if "policies" in args.parts:
                     print("routing policies:", flush=True)
                     results["policies"] = await measure_policies(engines, gateways, workloads_for(args), args.rounds,
                                                                  usage)
-                if "fault" not in args.parts:
-                    raise _Done
-                print("fault run:", flush=True)
-                results["fault"] = await fault_run(engines, gateways["prefix"], fault_workload(args))
-                print(f"  {results['fault']}", flush=True)
-            except _Done:
-                pass
-            finally:
-                for server in gateways.values():
-                    await stop_server(server)
-                for engine in engines:
-                    await engine.stop()
+                if "fault" in args.parts:
+                    print("fault run:", flush=True)
+                    results["fault"] = await fault_run(engines, gateways["prefix"], fault_workload(args))
+                    print(f"  {results['fault']}", flush=True)
+        if "scarce" in args.parts:
+            workload = scarce_workload(args)
+            # The own-context runs (the same prompts) measured the longest prompt: a conversation's last
+            # turn, with its answers as the engine's tokenizer reads them again (more tokens than were
+            # generated: byte-level pieces). Without them, the tokenizer's count with empty answers.
+            measured = results.get("policies", {}).get("own-context", {})
+            longest = max((row["largest_prompt_tokens"] for row in measured.values()), default=0)
+            if longest:
+                kv = kv_plan(workload, longest + workload.answer_tokens,
+                             counted_by="the own-context runs' longest prompt plus its answer")
+            else:
+                kv = kv_plan(workload, await conversation_tokens(workload),
+                             counted_by="the model's tokenizer: the last prompt with empty answers, plus "
+                                        "every answer's generated tokens")
+            results["kv"] = kv
+            results["plan"]["scarce_concurrency"] = workload.concurrency
+            print(f"scarce KV cache: {kv}", flush=True)
+            async with engine_pair(tmp, "scarce-kv", kv_blocks=kv["blocks_per_engine"],
+                                   variants=SCARCE_VARIANTS) as (engines, gateways, usage):
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+                    kv["engines_report_blocks"] = [await engine.kv_blocks(session) for engine in engines]
+                print(f"  the engines report {kv['engines_report_blocks']} KV blocks", flush=True)
+                print("routing policies, scarce KV cache:", flush=True)
+                results.setdefault("policies", {}).update(
+                    await measure_policies(engines, gateways, [workload], args.rounds, usage))
         if "cpu" in args.parts:
             results["routing_cost"] = routing_cost(rounds=args.cpu_rounds, iterations=2000 if args.quick else 20000)
             print(f"routing cost in process: {results['routing_cost']}", flush=True)
             print("gateway CPU per request (fake engines):", flush=True)
             results["cpu"] = await measure_cpu(rounds=args.cpu_rounds, duration=args.cpu_duration, tmp=tmp)
+    if args.merge:
+        results = merged(json.loads((RESULTS_DIR / "fleet.json").read_text()), results)
     write_report(results)
     print(f"written: {RESULTS_DIR / 'fleet.md'}", flush=True)
+
+
+def parts_in(results: dict) -> set[str]:
+    """The parts (``--parts`` names) whose figures ``results`` holds."""
+    workloads = set(results.get("policies", {}))
+    parts = {"policies"} if workloads - {"scarce-kv"} else set()
+    parts |= {"scarce"} if "scarce-kv" in workloads else set()
+    parts |= {"fault"} if "fault" in results else set()
+    return parts | ({"cpu"} if {"cpu", "routing_cost"} & set(results) else set())
+
+
+def merged(earlier: dict, now: dict) -> dict:
+    """``now`` with the parts it did not measure taken from ``earlier``, and when each part was measured."""
+    measured_at = {part: earlier["machine"]["when"] for part in parts_in(earlier)} | dict(
+        earlier.get("measured_at") or {})
+    measured_at |= {part: now["machine"]["when"] for part in parts_in(now)}
+    out = {**earlier, **{key: value for key, value in now.items() if key != "policies"}}
+    out["policies"] = {**earlier.get("policies", {}), **now.get("policies", {})}
+    out["plan"] = {**earlier.get("plan", {}), **now["plan"]}
+    out["measured_at"] = measured_at
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -690,10 +920,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--answer-tokens", type=int, default=32)
-    parser.add_argument("--parts", default="policies,fault,cpu",
-                        help="comma-separated: policies, fault (both start two engines), cpu [all three]")
+    parser.add_argument("--parts", default="policies,fault,scarce,cpu",
+                        help="comma-separated: policies, fault (both on two engines with the default KV cache), "
+                             "scarce (two engines with a scarce KV cache), cpu [all four]")
     parser.add_argument("--fault-answer-tokens", type=int, default=256)
     parser.add_argument("--report-only", action="store_true", help="rewrite fleet.md from fleet.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the parts of the existing fleet.json that this run does not measure")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="seconds to wait for the shared machine to calm down first [600; --quick: 0]")
     args = parser.parse_args(argv)

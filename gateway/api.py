@@ -21,7 +21,7 @@ from starlette.responses import Response
 from gateway.config import Settings, is_loopback
 from gateway.core import Core
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
-from gateway.http.auth import AppDep, CallerDep, Principal, PrincipalDep, TokenAuthenticator, WriterDep
+from gateway.http.auth import AppDep, Principal, PrincipalDep, TokenAuthenticator, UserDataDep, WriterDep
 from gateway.http.errors import GatewayError
 from gateway.protocols.openai.routes import OpenAIRelay
 from gateway.relay.dialect import StreamResult
@@ -29,7 +29,8 @@ from gateway.relay.pump import CompletionHook
 from gateway.sessions.ids import SESSION_ID_MAX, SESSION_ID_PATTERN, SESSION_ID_RULE, is_valid_session_id
 
 __all__ = [
-    "AppDep", "BadGateway", "CallerDep", "TokenAuthenticator", "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
+    "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
+    "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
     "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX", "SESSION_ID_PATTERN",
     "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback", "is_valid_session_id", "request_id",
 ]

@@ -173,11 +173,22 @@ async def get_principal(principal: Annotated[Principal, Depends(get_caller)]) ->
     return principal
 
 
+def _no_user_data() -> GatewayError:
+    return GatewayError(403, "this API key may not reach end users' data: that needs a key from APP_API_KEYS "
+                        "or ADMIN_API_KEYS", code="insufficient_permissions")
+
+
 async def require_app(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     """The principal, if it may act for end users (an app or admin key); 403 otherwise."""
     if not principal.acts_for_users:
-        raise GatewayError(403, "this API key may not reach end users' data: that needs a key from APP_API_KEYS "
-                           "or ADMIN_API_KEYS", code="insufficient_permissions")
+        raise _no_user_data()
+    return principal
+
+
+async def require_user_data(principal: Annotated[Principal, Depends(get_caller)]) -> Principal:
+    """An end-user token's principal, or a key that acts for users (403 for a read key)."""
+    if not (principal.is_end_user or principal.acts_for_users):
+        raise _no_user_data()
     return principal
 
 
@@ -188,7 +199,7 @@ async def require_writer(principal: Annotated[Principal, Depends(get_principal)]
     return principal
 
 
-CallerDep = Annotated[Principal, Depends(get_caller)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AppDep = Annotated[Principal, Depends(require_app)]
+UserDataDep = Annotated[Principal, Depends(require_user_data)]  # what a feature's end users may reach
 WriterDep = Annotated[Principal, Depends(require_writer)]

@@ -15,8 +15,8 @@ replica that shares a database. Where the secret comes from, in order:
 2. unset, and ``DATABASE_URL`` is a SQLite file: a random secret generated at the first start
    and kept beside it in ``key-id-secret`` (mode 0600); every later start and every worker on
    that directory reads the same one.
-3. otherwise (PostgreSQL or an in-memory database without ``KEY_ID_SECRET``): a random secret
-   for this process alone, with a warning: key ids then change at each restart, and what
+3. otherwise (PostgreSQL, an in-memory database, or a SQLite directory that cannot be written):
+   a random secret for this process alone, with a warning: key ids then change at each restart, and what
    was stored under the old ids (sessions, users) is no longer its owner's.
 """
 
@@ -49,7 +49,12 @@ def secret_from_settings(settings: Settings) -> bytes:
         return settings.key_id_secret.get_secret_value().encode()
     directory = sqlite_directory(settings.database_url)
     if directory is not None:
-        return persisted_secret(directory / SECRET_FILE_NAME)
+        try:
+            return persisted_secret(directory / SECRET_FILE_NAME)
+        except OSError as exc:  # the database's directory is unusable too: the gateway still starts
+            log.warning("cannot keep the key-id secret beside the SQLite database (%s): key ids are random for "
+                        "this process; set KEY_ID_SECRET", exc.strerror or type(exc).__name__)
+            return secrets.token_bytes(_SECRET_BYTES)
     if settings.auth_enabled:
         log.warning("KEY_ID_SECRET is not set and DATABASE_URL is not a SQLite file: key ids are random for "
                     "this process, so stored owners (sessions, marketplace users) change at each restart and "

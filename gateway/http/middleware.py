@@ -8,7 +8,8 @@ family the path belongs to (``ErrorShapes``). A key is read from ``Authorization
 Bearer`` or ``x-api-key`` (``http.auth``). Control requests (``http.admission.ControlRequests``:
 cancels, state lookups) are admitted in a pool of their own, so a key at its in-flight cap can
 still stop its generations. A bearer token that is no key may be a feature's end-user token
-(``http.auth.TokenAuthenticator``): it is looked up only on the paths its feature names. A public path needs no key, but a valid key sent to one is still
+(``http.auth.TokenAuthenticator``): it is looked up only on the paths its feature names. A
+public path needs no key, but a valid key sent to one is still
 recognised (``/health`` shows its details only to callers it knows). With ``CORS_ORIGINS``
 set, a browser's preflight is answered first, before the body limit, auth and admission (it
 carries no key), and answers to allowed origins say so (``http.cors``).

@@ -110,3 +110,10 @@ def test_sqlite_directory(url, directory):
 )
 def test_bearer_token(header, token):
     assert bearer_token(header) == token
+
+
+def test_an_unusable_database_directory_costs_the_persistence_not_the_start(tmp_path):
+    blocker = tmp_path / "data"
+    blocker.write_text("a file where the database's directory should be")
+    settings = Settings(api_keys=["k"], database_url=f"sqlite+aiosqlite:///{blocker}/stack.db")
+    assert KeyRing.from_settings(settings).authenticate("k").role == "read"

@@ -27,6 +27,7 @@ import hmac
 import logging
 import os
 import secrets
+from functools import cache
 from pathlib import Path
 
 from gateway.config import Settings
@@ -54,11 +55,17 @@ def secret_from_settings(settings: Settings) -> bytes:
         except OSError as exc:  # the database's directory is unusable too: the gateway still starts
             log.warning("cannot keep the key-id secret beside the SQLite database (%s): key ids are random for "
                         "this process; set KEY_ID_SECRET", exc.strerror or type(exc).__name__)
-            return secrets.token_bytes(_SECRET_BYTES)
+            return process_secret()
     if settings.auth_enabled:
         log.warning("KEY_ID_SECRET is not set and DATABASE_URL is not a SQLite file: key ids are random for "
                     "this process, so stored owners (sessions, marketplace users) change at each restart and "
                     "differ between replicas; set KEY_ID_SECRET")
+    return process_secret()
+
+
+@cache
+def process_secret() -> bytes:
+    """A random secret drawn once per process (every app this process assembles agrees on it)."""
     return secrets.token_bytes(_SECRET_BYTES)
 
 

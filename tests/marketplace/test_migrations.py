@@ -172,6 +172,7 @@ async def test_users_and_conversations_of_the_previous_head_get_uuids_and_keep_e
     assert str(uuid.UUID(user_id)) == user_id and str(uuid.UUID(conversation_id)) == conversation_id
     assert owner is None  # nobody knows which key made it
 
+    await _sequences_past_written_ids(database_url)
     settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url)
     async with running_app(settings) as client:
         # A row from before ownership: admin keys see it, app keys (and read keys) do not.
@@ -194,3 +195,16 @@ async def test_users_and_conversations_of_the_previous_head_get_uuids_and_keep_e
     after = await read_rows(database_url)
     assert after["users"] == before["users"] and after["conversations"] == before["conversations"]
     assert after["messages"][:2] == before["messages"]  # the downgrade dropped columns, never rows
+
+
+async def _sequences_past_written_ids(url: str) -> None:
+    """PostgreSQL: move the id sequences past the ids written by hand (the app's inserts advance them)."""
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                for table in ("suppliers", "products", "users", "conversations", "messages"):
+                    await connection.execute(sa.text(
+                        f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"))
+    finally:
+        await engine.dispose()

@@ -89,7 +89,12 @@ def test_processes_starting_together_agree_on_the_secret(tmp_path):
 
 def test_without_a_file_database_each_process_has_its_own_secret():
     settings = Settings(api_keys=["k"], database_url="postgresql+asyncpg://u@db/x")
-    assert secret_from_settings(settings) != secret_from_settings(settings)
+    assert secret_from_settings(settings) == secret_from_settings(settings)  # one per process
+    script = ("import sys; from gateway.config import Settings; from gateway.http.key_ids import secret_from_settings; "
+              "sys.stdout.write(secret_from_settings(Settings(api_keys=['k'], "
+              "database_url='postgresql+asyncpg://u@db/x')).hex())")
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert len(other) == 64 and other != secret_from_settings(settings).hex()
 
 
 @pytest.mark.parametrize(("url", "directory"), [

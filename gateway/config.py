@@ -161,6 +161,8 @@ class Settings(BaseSettings):
     @field_validator("key_id_secret")
     @classmethod
     def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value():
+            return None  # KEY_ID_SECRET= (empty, as compose passes an unset variable): unset
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("KEY_ID_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
         return value

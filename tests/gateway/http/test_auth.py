@@ -64,6 +64,7 @@ def test_the_configured_secret_is_used_and_must_be_long(tmp_path):
     assert not (tmp_path / SECRET_FILE_NAME).exists()
     with pytest.raises(ValueError, match="KEY_ID_SECRET"):
         Settings(key_id_secret="short")
+    assert Settings(key_id_secret="").key_id_secret is None  # empty (compose's unset variable): unset
 
 
 def test_without_a_secret_one_is_kept_beside_the_sqlite_database(tmp_path):

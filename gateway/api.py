@@ -21,7 +21,7 @@ from starlette.responses import Response
 from gateway.config import Settings, is_loopback
 from gateway.core import Core
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
-from gateway.http.auth import Principal, PrincipalDep, WriterDep
+from gateway.http.auth import AppDep, Principal, PrincipalDep, TokenAuthenticator, UserDataDep, WriterDep
 from gateway.http.errors import GatewayError
 from gateway.protocols.openai.routes import OpenAIRelay
 from gateway.relay.dialect import StreamResult
@@ -29,7 +29,8 @@ from gateway.relay.pump import CompletionHook
 from gateway.sessions.ids import SESSION_ID_MAX, SESSION_ID_PATTERN, SESSION_ID_RULE, is_valid_session_id
 
 __all__ = [
-    "BadGateway", "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
+    "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
+    "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
     "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX", "SESSION_ID_PATTERN",
     "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback", "is_valid_session_id", "request_id",
 ]
@@ -40,7 +41,9 @@ class Feature(Protocol):
     :class:`Gateway` (usually the feature's class); its ``settings_class`` attribute is the
     pydantic-settings class of the environment variables the feature reads. A feature may
     also have ``public_paths`` (a frozenset of exact paths it serves without an API key, such
-    as the playground's files); every other path needs a key when the gateway has keys."""
+    as the playground's files); every other path needs a key when the gateway has keys, or
+    the feature's own end-user token: a feature with a ``token_authenticator``
+    (``gateway.http.auth.TokenAuthenticator``) has its tokens accepted on the paths it names."""
 
     name: str
     settings: BaseSettings    # the feature's own settings (its environment variables)

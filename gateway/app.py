@@ -165,6 +165,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
         control_requests=control_requests(app.raw_routes, [route for router in routers for route in router.routes]),
         cors=CorsPolicy.from_settings(settings),
+        token_authenticators=tuple(authenticator for feature in plugged
+                                   if (authenticator := getattr(feature, "token_authenticator", None)) is not None),
     )
     return app
 

@@ -83,10 +83,15 @@ class Settings(BaseSettings):
 
     # --- security and admission ---------------------------------------------
     # Comma-separated keys, each either the key itself or "sha256:<hex digest>".
-    # API_KEYS may read (OpenAI routes, code API, search, chat); ADMIN_API_KEYS
-    # may also write (marketplace catalogue and users).
+    # API_KEYS may use the engine (OpenAI routes, code API) and read the marketplace catalogue;
+    # APP_API_KEYS may also act for marketplace users (users, chat, end-user tokens);
+    # ADMIN_API_KEYS may also write the catalogue (and do what an app key does).
     api_keys: CommaList = Field(default_factory=list)
+    app_api_keys: CommaList = Field(default_factory=list)
     admin_api_keys: CommaList = Field(default_factory=list)
+    # The HMAC secret of key ids (gateway.http.key_ids): the same on every replica. Unset: kept
+    # beside a SQLite DATABASE_URL (generated once), else random per process.
+    key_id_secret: SecretStr | None = Field(None, repr=False)
     metrics_require_auth: bool = True
     max_inflight: int = Field(512, ge=1)
     max_inflight_per_key: int = Field(128, ge=1)
@@ -147,11 +152,20 @@ class Settings(BaseSettings):
     # Which installed features run: "all", "none", or names (e.g. "marketplace").
     features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "admin_api_keys", "features", "engine_admin_routes",
+    @field_validator("model_aliases", "api_keys", "app_api_keys", "admin_api_keys", "features", "engine_admin_routes",
                      "vllm_base_urls", "cors_origins", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
+
+    @field_validator("key_id_secret")
+    @classmethod
+    def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value():
+            return None  # KEY_ID_SECRET= (empty, as compose passes an unset variable): unset
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("KEY_ID_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+        return value
 
     @field_validator("engine_admin_routes")
     @classmethod
@@ -191,7 +205,7 @@ class Settings(BaseSettings):
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_keys or self.admin_api_keys)
+        return bool(self.api_keys or self.app_api_keys or self.admin_api_keys)
 
     @property
     def effective_sessions_database_url(self) -> str:

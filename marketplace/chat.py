@@ -1,7 +1,8 @@
 """/api/chat: a user's question answered by the engine from real, in-stock, nearby products.
 
 Flow (three steps, so no database connection is held while the engine thinks):
-1. ``plan_chat`` reads: the user (404; 403 when ``ai_access_enabled`` is off),
+1. ``plan_chat`` reads: the user, as the caller may see it (404 for a user of another key or,
+   with an end-user token, any other user: ``marketplace.access``; 403 when ``ai_access_enabled`` is off),
    the conversation named by ``session_id`` if it exists (409 when it is
    another user's), its recent turns; parses the question; searches in-stock
    products nearest first; builds the messages (``marketplace.prompt``).
@@ -31,9 +32,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.api import BadGateway, EngineHTTPError
+from gateway.api import BadGateway, EngineHTTPError, Principal
 from marketplace import geo, prompt
-from marketplace.errors import Conflict, Forbidden
+from marketplace.errors import Conflict, Forbidden, invalid_field
 from marketplace.listing import criteria_from_parsed, search_origin
 from marketplace.models import Conversation, Message, utcnow
 from marketplace.query import parse_query
@@ -48,9 +49,10 @@ CHAT_PATH = "/v1/chat/completions"
 
 @dataclass
 class ChatPlan:
-    user_id: int
+    user_id: int  # the row id (internal)
+    owner_key_id: str  # the key id a new conversation is owned by (the caller's)
     session_id: str
-    conversation_id: int | None  # None: the conversation starts with this exchange
+    conversation_id: int | None  # the row id; None: the conversation starts with this exchange
     user_message: str  # as sent to the engine
     parsed: dict[str, Any]
     hits: list[Hit]
@@ -95,15 +97,19 @@ async def plan_chat(
     session_factory: async_sessionmaker[AsyncSession],
     gazetteer,
     request: ChatRequest,
+    principal: Principal,
     model: str,
     max_tokens: int,
     temperature: float,
 ) -> ChatPlan:
     """Everything to send to the engine for ``request``, read in one short session."""
+    user_id = str(request.user_id) if request.user_id is not None else principal.subject
+    if user_id is None:
+        raise invalid_field("body", "user_id", "user_id is required with an API key (an end-user token names its user)")
     async with session_factory() as session:
-        user = await get_user(session=session, user_id=request.user_id, field="user_id")
+        user = await get_user(session=session, user_id=user_id, principal=principal, field="user_id")
         if not user.ai_access_enabled:
-            raise Forbidden(f"user {user.id} has AI access disabled (ai_access_enabled is false)")
+            raise Forbidden(f"user {user.public_id} has AI access disabled (ai_access_enabled is false)")
         session_id = request.session_id or new_session_id()
         conversation = await session.scalar(
             select(Conversation).where(Conversation.session_id == session_id)
@@ -132,6 +138,7 @@ async def plan_chat(
     )
     return ChatPlan(
         user_id=user.id,
+        owner_key_id=principal.key_id,
         session_id=session_id,
         conversation_id=conversation.id if conversation else None,
         user_message=user_message,
@@ -161,7 +168,7 @@ async def answer_plan(*, upstream, plan: ChatPlan, request_id: str | None) -> Ch
 async def record_exchange(
     *, session_factory: async_sessionmaker[AsyncSession], plan: ChatPlan, answer: ChatAnswer
 ) -> int:
-    """Store the question and the answer atomically; returns the conversation id."""
+    """Store the question and the answer atomically; returns the conversation's public id."""
     return await _in_transaction(session_factory, lambda session: _store(session, plan, answer))
 
 
@@ -170,7 +177,8 @@ async def _conversation_for(session: AsyncSession, plan: ChatPlan) -> Conversati
         select(Conversation).where(Conversation.session_id == plan.session_id)
     )
     if conversation is None:
-        conversation = Conversation(user_id=plan.user_id, session_id=plan.session_id, created_at=utcnow())
+        conversation = Conversation(user_id=plan.user_id, session_id=plan.session_id, created_at=utcnow(),
+                                    owner_key_id=plan.owner_key_id)
         session.add(conversation)
         await session.flush()  # IntegrityError here if another request created it first
     elif conversation.user_id != plan.user_id:
@@ -178,16 +186,16 @@ async def _conversation_for(session: AsyncSession, plan: ChatPlan) -> Conversati
     return conversation
 
 
-async def open_conversation(*, session_factory: async_sessionmaker[AsyncSession], plan: ChatPlan) -> int:
-    """The id of ``plan``'s conversation, created now if it does not exist yet (streamed chats)."""
+async def open_conversation(*, session_factory: async_sessionmaker[AsyncSession], plan: ChatPlan) -> str:
+    """The public id of ``plan``'s conversation, created now if it does not exist yet (streamed chats)."""
     return await _in_transaction(session_factory, lambda session: _conversation_id(session, plan))
 
 
-async def _conversation_id(session: AsyncSession, plan: ChatPlan) -> int:
-    return (await _conversation_for(session, plan)).id
+async def _conversation_id(session: AsyncSession, plan: ChatPlan) -> str:
+    return (await _conversation_for(session, plan)).public_id
 
 
-async def _in_transaction(session_factory, work) -> int:
+async def _in_transaction(session_factory, work) -> str:
     """Run ``work(session)`` and commit; once more if a concurrent insert of the conversation won."""
     for attempt in range(2):
         async with session_factory() as session:
@@ -202,7 +210,7 @@ async def _in_transaction(session_factory, work) -> int:
     raise AssertionError("unreachable")
 
 
-async def _store(session: AsyncSession, plan: ChatPlan, answer: ChatAnswer) -> int:
+async def _store(session: AsyncSession, plan: ChatPlan, answer: ChatAnswer) -> str:
     conversation = await _conversation_for(session, plan)
     now = utcnow()
     session.add_all(
@@ -230,14 +238,14 @@ async def _store(session: AsyncSession, plan: ChatPlan, answer: ChatAnswer) -> i
         ]
     )
     await session.flush()
-    return conversation.id
+    return conversation.public_id
 
 
 @dataclass
 class ChatOutcome:
     plan: ChatPlan
     answer: ChatAnswer
-    conversation_id: int
+    conversation_id: str  # public
 
 
 async def chat(
@@ -246,6 +254,7 @@ async def chat(
     upstream,
     gazetteer,
     request: ChatRequest,
+    principal: Principal,
     model: str,
     max_tokens: int,
     temperature: float,
@@ -256,6 +265,7 @@ async def chat(
         session_factory=session_factory,
         gazetteer=gazetteer,
         request=request,
+        principal=principal,
         model=model,
         max_tokens=max_tokens,
         temperature=temperature,

@@ -1,21 +1,24 @@
-"""Stored chat conversations: read back with their messages, oldest first."""
+"""Stored chat conversations: read back with their messages, oldest first, by who may see them."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import contains_eager, selectinload
 
+from gateway.api import Principal
+from marketplace.access import conversations_visible_to
 from marketplace.errors import NotFound
-from marketplace.models import Conversation
+from marketplace.models import Conversation, User
 
 
-async def get_conversation(*, session: AsyncSession, conversation_id: int) -> Conversation:
-    """The conversation with its messages, or 404."""
+async def get_conversation(*, session: AsyncSession, conversation_id: str, principal: Principal) -> Conversation:
+    """The conversation with its messages (and its user) if ``principal`` may see it; 404 otherwise."""
     conversation = await session.scalar(
         select(Conversation)
-        .where(Conversation.id == conversation_id)
-        .options(selectinload(Conversation.messages))
+        .join(User, Conversation.user_id == User.id)
+        .where(Conversation.public_id == conversation_id, conversations_visible_to(principal))
+        .options(contains_eager(Conversation.user), selectinload(Conversation.messages))
     )
     if conversation is None:
         raise NotFound("conversation", conversation_id)

@@ -30,6 +30,7 @@ from marketplace.cursor import CursorSigner, load_signer
 from marketplace.db import create_engine, create_sessionmaker, migrate, normalize_url
 from marketplace.gazetteer import Gazetteer
 from marketplace.settings import MarketplaceSettings
+from marketplace.tokens import UserTokens
 
 log = logging.getLogger("marketplace")
 
@@ -46,6 +47,7 @@ class Marketplace:
         self.db_sessions: async_sessionmaker[AsyncSession] | None = None
         self.gazetteer: Gazetteer | None = None
         self.cursors: CursorSigner | None = None
+        self.token_authenticator = UserTokens(self)  # end-user tokens, asked by the gateway's middleware
         self.availability = Availability(bring_up=self._bring_up_database, probe=self._probe_database,
                                          retry_seconds=settings.marketplace_db_retry_seconds,
                                          retry_max_seconds=settings.marketplace_db_retry_max_seconds)

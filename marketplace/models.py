@@ -9,6 +9,7 @@ timezone-aware, JSON becomes JSONB on PostgreSQL.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -41,6 +42,8 @@ CATEGORY_MAX = 64
 TAG_MAX = 40
 TAGS_MAX = 20
 ROLE_MAX = 16
+PUBLIC_ID_MAX = 36  # a UUID in its canonical text form
+KEY_ID_MAX = 64  # a gateway key id (gateway.http.key_ids: 16 hex digits today)
 # Prices are whole rupiah from 0 to PRICE_MAX: what a product may cost, what a search may ask
 # for and what the query parser reads as a price. One trillion rupiah is far above any catalogue
 # item and far below BIGINT.
@@ -53,6 +56,11 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def new_public_id() -> str:
+    """The id users and conversations are known by outside: a random UUID, not guessable like the row id."""
+    return str(uuid.uuid4())
 
 
 class UTCDateTime(TypeDecorator):
@@ -143,8 +151,24 @@ class Product(Base):
     )
 
 
-class User(Base):
+class Owned:
+    """A row known outside by ``public_id`` and owned by the API key that created it (its key id).
+
+    Both columns are nullable in the schema: migration 0004 adds them to tables that may hold
+    rows, and SQLite cannot make an added column NOT NULL without rebuilding the table (which,
+    with foreign keys on, would cascade-delete the rows that refer to it). The application
+    always sets ``public_id``; an ``owner_key_id`` of NULL marks a row from before ownership,
+    which only admin keys see (``marketplace.access``).
+    """
+
+    public_id: Mapped[str | None] = mapped_column(String(PUBLIC_ID_MAX), default=new_public_id)
+    owner_key_id: Mapped[str | None] = mapped_column(String(KEY_ID_MAX), nullable=True)
+
+
+class User(Owned, Base):
     __tablename__ = "users"
+    __table_args__ = (Index("ix_users_public_id", "public_id", unique=True),
+                      Index("ix_users_owner_key_id", "owner_key_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME_MAX))
@@ -156,8 +180,9 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class Conversation(Base):
+class Conversation(Owned, Base):
     __tablename__ = "conversations"
+    __table_args__ = (Index("ix_conversations_public_id", "public_id", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
@@ -167,6 +192,7 @@ class Conversation(Base):
     messages: Mapped[list[Message]] = relationship(
         back_populates="conversation", order_by="Message.id"
     )
+    user: Mapped[User] = relationship()
 
 
 class Message(Base):
@@ -185,6 +211,20 @@ class Message(Base):
     details: Mapped[dict | None] = mapped_column(JsonType, nullable=True)
 
     conversation: Mapped[Conversation] = relationship(back_populates="messages")
+
+
+class UserToken(Base):
+    """An end-user token (``marketplace.tokens``): only its SHA-256 is kept, never the token."""
+
+    __tablename__ = "user_tokens"
+
+    id: Mapped[str] = mapped_column(String(PUBLIC_ID_MAX), primary_key=True)  # the token id (public)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    issued_by: Mapped[str] = mapped_column(String(KEY_ID_MAX))  # key id of the key that minted it
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex SHA-256 of the token
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class Secret(Base):

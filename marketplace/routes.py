@@ -1,21 +1,23 @@
 """The marketplace HTTP API: parse input, call one service, shape the answer.
 
-Auth: the gateway middleware authenticates every request. Reads need any API
-key (``PrincipalDep``); creating or changing suppliers, products and users
-needs a key with write rights (``WriterDep``, an ``ADMIN_API_KEYS`` entry).
-API keys identify client applications, not marketplace users, so any key may
-read any user and any conversation, and chat on behalf of any user id.
+Auth: the gateway middleware authenticates every request. The catalogue: reads need any API
+key (``PrincipalDep``), changes an admin key (``WriterDep``). Users, chat and conversations
+need a key that acts for users (``AppDep``: ``APP_API_KEYS`` or ``ADMIN_API_KEYS``; a read key
+gets 403), or, for a user's own profile, conversations and chat, an end-user token
+(``UserDataDep``, ``marketplace.tokens``). Each user and conversation belongs to the key that
+created it; whatever a caller may not see is a 404 (``marketplace.access``).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
-from gateway.api import PrincipalDep, WriterDep, request_id
+from gateway.api import AppDep, PrincipalDep, UserDataDep, WriterDep, request_id
 from marketplace import ai_search as ai_search_service
-from marketplace import catalog, chat, conversations, taxonomy, users
+from marketplace import catalog, chat, conversations, taxonomy, tokens, users
 from marketplace.cursor import MAX_CHARS as CURSOR_MAX_CHARS
 from marketplace.errors import invalid_field
 from marketplace.lifecycle import DatabaseRoute, MarketplaceDep, SessionDep
@@ -51,14 +53,18 @@ from marketplace.schemas import (
     SearchOut,
     SupplierCreate,
     SupplierOut,
+    TokenCreate,
+    TokenOut,
     UserCreate,
     UserOut,
+    UserUpdate,
 )
 from marketplace.streaming import stream_chat
 
 router = APIRouter(prefix="/api", tags=["marketplace"], route_class=DatabaseRoute)  # outages: 503
 
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+PublicId = Annotated[uuid.UUID, Path(description="a UUID")]
 Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
 SearchOffset = Annotated[int, Query(ge=0, le=SEARCH_OFFSET_MAX)]
@@ -169,23 +175,57 @@ async def update_product(product_id: Id, body: ProductUpdate, _: WriterDep, sess
 
 
 @router.post("/users", status_code=status.HTTP_201_CREATED)
-async def create_user(body: UserCreate, _: WriterDep, session: SessionDep) -> UserOut:
-    return UserOut.of(await users.create_user(session=session, data=body))
+async def create_user(body: UserCreate, caller: AppDep, session: SessionDep) -> UserOut:
+    """Register a user, owned by the calling key."""
+    return UserOut.of(await users.create_user(session=session, data=body, owner=caller))
 
 
 @router.get("/users/{user_id}")
-async def get_user(user_id: Id, _: PrincipalDep, session: SessionDep) -> UserOut:
-    return UserOut.of(await users.get_user(session=session, user_id=user_id))
+async def get_user(user_id: PublicId, caller: UserDataDep, session: SessionDep) -> UserOut:
+    """A user of the calling key, or an end-user token's own profile."""
+    return UserOut.of(await users.get_user(session=session, user_id=str(user_id), principal=caller))
+
+
+@router.patch("/users/{user_id}")
+async def update_user(user_id: PublicId, body: UserUpdate, caller: AppDep, session: SessionDep) -> UserOut:
+    return UserOut.of(await users.update_user(session=session, user_id=str(user_id), principal=caller, changes=body))
+
+
+@router.post("/users/{user_id}/tokens", status_code=status.HTTP_201_CREATED)
+async def mint_token(
+    user_id: PublicId, caller: AppDep, session: SessionDep, body: TokenCreate | None = None
+) -> TokenOut:
+    """A short-lived token for this user's own client (browser, app): its profile, conversations and chat."""
+    user = await users.get_user(session=session, user_id=str(user_id), principal=caller)
+    row, token = await tokens.mint(session=session, user=user, issued_by=caller,
+                                   ttl_seconds=(body or TokenCreate()).ttl_seconds)
+    return TokenOut(token_id=row.id, token=token, user_id=user.public_id, expires_at=row.expires_at)
+
+
+@router.delete("/users/{user_id}/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def revoke_token(user_id: PublicId, token_id: PublicId, caller: AppDep, session: SessionDep) -> None:
+    user = await users.get_user(session=session, user_id=str(user_id), principal=caller)
+    await tokens.revoke(session=session, user=user, token_id=str(token_id))
+
+
+@router.delete("/users/{user_id}/tokens", status_code=status.HTTP_204_NO_CONTENT)
+async def revoke_all_tokens(user_id: PublicId, caller: AppDep, session: SessionDep) -> None:
+    """Revoke every token of this user (a lost phone, a password change in the application)."""
+    user = await users.get_user(session=session, user_id=str(user_id), principal=caller)
+    await tokens.revoke(session=session, user=user, token_id=None)
 
 
 @router.post("/chat", response_model=ChatOut)
-async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp: MarketplaceDep) -> Response | ChatOut:
+async def chat_message(
+    body: ChatRequest, caller: UserDataDep, request: Request, mp: MarketplaceDep
+) -> Response | ChatOut:
     """Answer a user's question from nearby in-stock products; ``stream: true`` answers with SSE."""
     gateway = mp.gateway
     options = dict(
         session_factory=mp.database(),
         gazetteer=mp.gazetteer,
         request=body,
+        principal=caller,
         model=gateway.default_model,
         max_tokens=gateway.settings.default_max_tokens,
         temperature=gateway.settings.default_temperature,
@@ -206,11 +246,12 @@ async def chat_message(body: ChatRequest, _: PrincipalDep, request: Request, mp:
 
 
 @router.get("/conversations/{conversation_id}")
-async def get_conversation(conversation_id: Id, _: PrincipalDep, session: SessionDep) -> ConversationOut:
-    conversation = await conversations.get_conversation(session=session, conversation_id=conversation_id)
+async def get_conversation(conversation_id: PublicId, caller: UserDataDep, session: SessionDep) -> ConversationOut:
+    conversation = await conversations.get_conversation(session=session, conversation_id=str(conversation_id),
+                                                        principal=caller)
     return ConversationOut(
-        id=conversation.id,
-        user_id=conversation.user_id,
+        id=conversation.public_id,
+        user_id=conversation.user.public_id,
         session_id=conversation.session_id,
         created_at=conversation.created_at,
         messages=[

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -259,6 +260,12 @@ class ProductPage(BaseModel):
 # --- users --------------------------------------------------------------------------
 
 
+def _bounded_preferences(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None and len(json.dumps(value, ensure_ascii=False).encode()) > PREFERENCES_MAX_BYTES:
+        raise ValueError(f"preferences must be at most {PREFERENCES_MAX_BYTES} bytes of JSON")
+    return value
+
+
 class UserCreate(Input):
     name: Name
     email: str = Field(max_length=EMAIL_MAX)
@@ -275,16 +282,40 @@ class UserCreate(Input):
             raise ValueError("email must look like name@example.com")
         return value.lower()
 
-    @field_validator("preferences")
-    @classmethod
-    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(value, ensure_ascii=False).encode()) > PREFERENCES_MAX_BYTES:
-            raise ValueError(f"preferences must be at most {PREFERENCES_MAX_BYTES} bytes of JSON")
-        return value
+    _preferences = field_validator("preferences")(_bounded_preferences)
+
+
+class UserUpdate(Input):
+    """Any subset of a user's fields but the email (which names the user: register another instead)."""
+
+    name: Name | None = None
+    location: Location | None = None
+    ai_access_enabled: StrictBool | None = None
+    preferences: dict[str, Any] | None = None
+
+    _location = field_validator("location", mode="before")(_location_from_text)
+
+    _preferences = field_validator("preferences")(_bounded_preferences)
+
+
+# End-user tokens (marketplace.tokens): short-lived, a day at most.
+TOKEN_TTL_DEFAULT = 3600
+TOKEN_TTL_MAX = 24 * 3600
+
+
+class TokenCreate(Input):
+    ttl_seconds: StrictInt = Field(TOKEN_TTL_DEFAULT, ge=60, le=TOKEN_TTL_MAX)
+
+
+class TokenOut(BaseModel):
+    token_id: str
+    token: str = Field(description="shown once: the gateway keeps only its SHA-256")
+    user_id: str
+    expires_at: datetime
 
 
 class UserOut(BaseModel):
-    id: int
+    id: str
     name: str
     email: str
     location: Location | None
@@ -296,7 +327,7 @@ class UserOut(BaseModel):
     def of(cls, user) -> "UserOut":
         location = None if user.lat is None else Location(lat=user.lat, lng=user.lng)
         return cls(
-            id=user.id,
+            id=user.public_id,
             name=user.name,
             email=user.email,
             location=location,
@@ -387,7 +418,8 @@ class CompareOut(BaseModel):
 
 
 class ChatRequest(Input):
-    user_id: StrictInt = Field(ge=1, le=MAX_ID)
+    # Required with an API key; with an end-user token it defaults to the token's user.
+    user_id: uuid.UUID | None = None
     message: str = Field(min_length=1, max_length=CHAT_MESSAGE_MAX)
     session_id: str | None = Field(None, min_length=1, max_length=SESSION_ID_MAX)
     location: Location | None = None
@@ -417,7 +449,7 @@ class ChatRequest(Input):
 class ChatOut(BaseModel):
     answer: str
     products: list[SearchHit]
-    conversation_id: int
+    conversation_id: str
     session_id: str
     parsed: dict[str, Any]
     fallback: list[str]
@@ -434,8 +466,8 @@ class MessageOut(BaseModel):
 
 
 class ConversationOut(BaseModel):
-    id: int
-    user_id: int
+    id: str
+    user_id: str
     session_id: str
     created_at: datetime
     messages: list[MessageOut]

@@ -8,6 +8,13 @@ about how close a guess was.
 A key arrives as ``Authorization: Bearer <key>`` (OpenAI SDKs, and Anthropic's Python SDK
 since 2.x) or as ``x-api-key: <key>`` (Anthropic's own header, which older Anthropic SDKs
 and many Anthropic clients send); either authenticates, on every route.
+
+Roles: an ``API_KEYS`` key (``read``) may use the engine (OpenAI routes, code API) and read the
+marketplace catalogue; an ``APP_API_KEYS`` key (``app``) may also act for a feature's end users
+(the marketplace's users, their chats and tokens); an ``ADMIN_API_KEYS`` key (``admin``) may
+also write the catalogue and reach the engine's admin routes. A feature may issue end-user
+tokens (:class:`TokenAuthenticator`): a principal of role ``user``, bound to one end user
+(``subject``), accepted only on the paths the feature names. Key ids: ``http.key_ids``.
 """
 
 from __future__ import annotations
@@ -15,23 +22,46 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal, Protocol
 
 from fastapi import Depends, Request
 
 from gateway.config import Settings
 from gateway.http.errors import GatewayError
+from gateway.http.key_ids import key_id, secret_from_settings
+
+Role = Literal["read", "app", "admin", "user"]
+_RANK = {"user": 0, "read": 1, "app": 2, "admin": 3}
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling. ``key_id`` is a short digest prefix: safe in logs and metric labels."""
+    """Who is calling. ``key_id`` (``http.key_ids``) is safe in logs and metric labels.
+
+    An end-user token's principal has role ``user``, the key id of the key that issued the
+    token (its requests count against that key's limits) and the end user's id as ``subject``.
+    """
 
     key_id: str
-    can_write: bool
+    role: Role
+    subject: str | None = None  # role "user": the end user the token was issued for
+    token_id: str | None = None  # role "user": the token's id (revocable)
+
+    @property
+    def can_write(self) -> bool:
+        return self.role == "admin"
+
+    @property
+    def acts_for_users(self) -> bool:
+        """May create and manage a feature's end users and act for them (app and admin keys)."""
+        return self.role in ("app", "admin")
+
+    @property
+    def is_end_user(self) -> bool:
+        return self.role == "user"
 
 
-LOCAL_PRINCIPAL = Principal(key_id="local", can_write=True)
+LOCAL_PRINCIPAL = Principal(key_id="local", role="admin")
 
 
 def hash_key(key: str) -> bytes:
@@ -52,18 +82,22 @@ def _parse_entry(entry: str) -> bytes:
 
 
 class KeyRing:
-    """The configured keys, as digests, with their rights."""
+    """The configured keys, as digests, with their roles; ``secret`` makes their key ids (``http.key_ids``)."""
 
-    def __init__(self, *, read_keys: list[str], write_keys: list[str]) -> None:
+    def __init__(self, *, read_keys: list[str], write_keys: list[str], app_keys: list[str] = (),
+                 secret: bytes) -> None:
         entries: list[tuple[bytes, Principal]] = []
-        for entry, can_write in [(k, False) for k in read_keys] + [(k, True) for k in write_keys]:
+        roles: list[tuple[str, Role]] = ([(k, "read") for k in read_keys] + [(k, "app") for k in app_keys]
+                                         + [(k, "admin") for k in write_keys])
+        for entry, role in roles:
             digest = _parse_entry(entry)
-            entries.append((digest, Principal(key_id=digest.hex()[:12], can_write=can_write)))
+            entries.append((digest, Principal(key_id=key_id(digest, secret), role=role)))
         self._entries = entries
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "KeyRing":
-        return cls(read_keys=settings.api_keys, write_keys=settings.admin_api_keys)
+        return cls(read_keys=settings.api_keys, app_keys=settings.app_api_keys, write_keys=settings.admin_api_keys,
+                   secret=secret_from_settings(settings))
 
     @property
     def enabled(self) -> bool:
@@ -74,9 +108,24 @@ class KeyRing:
         digest = hash_key(token)
         found: Principal | None = None
         for stored, principal in self._entries:
-            if hmac.compare_digest(stored, digest) and (found is None or principal.can_write):
+            if hmac.compare_digest(stored, digest) and (found is None or _RANK[principal.role] > _RANK[found.role]):
                 found = principal
         return found
+
+
+class TokenAuthenticator(Protocol):
+    """End-user tokens a feature issues (the marketplace's ``/api/users/{id}/tokens``).
+
+    The middleware asks it about a bearer token that is no configured key, starts with
+    ``token_prefix`` and was sent to a path starting with one of ``path_prefixes``; anywhere
+    else such a token is an invalid key (401). ``authenticate`` may raise ``GatewayError``
+    (a 503 while the feature's database is down).
+    """
+
+    token_prefix: str
+    path_prefixes: tuple[str, ...]
+
+    async def authenticate(self, token: str) -> Principal | None: ...
 
 
 API_KEY_HEADER = b"x-api-key"
@@ -108,11 +157,38 @@ def bearer_token(authorization: bytes | None) -> str | None:
 
 # Dependencies are ``async def`` on purpose: FastAPI runs plain ``def``
 # dependencies in its thread pool, a thread hop per request on the hot path.
-async def get_principal(request: Request) -> Principal:
-    """The principal the auth middleware attached to this request."""
+async def get_caller(request: Request) -> Principal:
+    """The principal the auth middleware attached to this request: an API key's or an end-user token's."""
     principal = request.scope.get("state", {}).get("principal")
     if principal is None:  # a route reached without the middleware (misconfiguration)
         raise GatewayError(401, "missing credentials", code="invalid_api_key")
+    return principal
+
+
+async def get_principal(principal: Annotated[Principal, Depends(get_caller)]) -> Principal:
+    """The principal of an API key (any role); an end-user token is refused (401)."""
+    if principal.is_end_user:
+        raise GatewayError(401, "this route needs an API key, not an end-user token", code="invalid_api_key",
+                           headers={"www-authenticate": "Bearer"})
+    return principal
+
+
+def _no_user_data() -> GatewayError:
+    return GatewayError(403, "this API key may not reach end users' data: that needs a key from APP_API_KEYS "
+                        "or ADMIN_API_KEYS", code="insufficient_permissions")
+
+
+async def require_app(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """The principal, if it may act for end users (an app or admin key); 403 otherwise."""
+    if not principal.acts_for_users:
+        raise _no_user_data()
+    return principal
+
+
+async def require_user_data(principal: Annotated[Principal, Depends(get_caller)]) -> Principal:
+    """An end-user token's principal, or a key that acts for users (403 for a read key)."""
+    if not (principal.is_end_user or principal.acts_for_users):
+        raise _no_user_data()
     return principal
 
 
@@ -124,4 +200,6 @@ async def require_writer(principal: Annotated[Principal, Depends(get_principal)]
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AppDep = Annotated[Principal, Depends(require_app)]
+UserDataDep = Annotated[Principal, Depends(require_user_data)]  # what a feature's end users may reach
 WriterDep = Annotated[Principal, Depends(require_writer)]

@@ -7,7 +7,9 @@ pass straight through. Refusals are written in the error shape of the route
 family the path belongs to (``ErrorShapes``). A key is read from ``Authorization:
 Bearer`` or ``x-api-key`` (``http.auth``). Control requests (``http.admission.ControlRequests``:
 cancels, state lookups) are admitted in a pool of their own, so a key at its in-flight cap can
-still stop its generations. A public path needs no key, but a valid key sent to one is still
+still stop its generations. A bearer token that is no key may be a feature's end-user token
+(``http.auth.TokenAuthenticator``): it is looked up only on the paths its feature names. A
+public path needs no key, but a valid key sent to one is still
 recognised (``/health`` shows its details only to callers it knows). With ``CORS_ORIGINS``
 set, a browser's preflight is answered first, before the body limit, auth and admission (it
 carries no key), and answers to allowed origins say so (``http.cors``).
@@ -28,7 +30,15 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.admission import Admission, ControlRequests, too_many_requests
-from gateway.http.auth import API_KEY_HEADER, LOCAL_PRINCIPAL, MISSING_KEY, KeyRing, request_keys
+from gateway.http.auth import (
+    API_KEY_HEADER,
+    LOCAL_PRINCIPAL,
+    MISSING_KEY,
+    KeyRing,
+    TokenAuthenticator,
+    bearer_token,
+    request_keys,
+)
 from gateway.http.cors import PREFLIGHT, CorsPolicy, is_preflight
 from gateway.http.errors import ErrorShapes, GatewayError
 from gateway.http.logs import request_id_var
@@ -66,9 +76,11 @@ class GatewayMiddleware:
         public_paths: frozenset[str] = frozenset(),
         control_requests: ControlRequests | None = None,
         cors: CorsPolicy | None = None,
+        token_authenticators: tuple[TokenAuthenticator, ...] = (),
     ) -> None:
         self.app = app
         self.keyring = keyring
+        self.token_authenticators = token_authenticators
         self.admission = admission
         self.control_requests = control_requests or ControlRequests()
         # Same sizes as the requests' pool, counted apart (see gateway.http.admission).
@@ -145,6 +157,10 @@ class GatewayMiddleware:
                 refusal = self._check_body_size(content_length)
             if refusal is None and path not in self.public:
                 principal, refusal = self._authenticate(authorization, api_key)
+                if principal is None and self.token_authenticators:
+                    principal, refusal = await self._end_user(path, authorization, refusal)
+                if principal is None and refusal is not None and refusal.status == 401:
+                    metrics.rejected.labels("auth").inc()
                 if principal is not None:
                     state["principal"] = principal
                     key_id = principal.key_id
@@ -201,12 +217,34 @@ class GatewayMiddleware:
             if principal is not None:
                 break
         if principal is None:
-            self.metrics.rejected.labels("auth").inc()
             message = MISSING_KEY if not keys else "invalid API key"
             return None, GatewayError(
                 401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"}
             )
         return principal, None
+
+    async def _end_user(self, path: str, authorization: bytes | None,
+                        refusal: GatewayError | None) -> tuple[Any, GatewayError | None]:
+        """An end-user token's principal, if the bearer token is one and may call ``path``."""
+        token = bearer_token(authorization)
+        if token is None:
+            return None, refusal
+        for authenticator in self.token_authenticators:
+            if not token.startswith(authenticator.token_prefix):
+                continue
+            if not path.startswith(authenticator.path_prefixes):
+                return None, GatewayError(401, "an end-user token may only call "
+                                          + ", ".join(authenticator.path_prefixes), code="invalid_api_key",
+                                          headers={"www-authenticate": "Bearer"})
+            try:
+                principal = await authenticator.authenticate(token)
+            except GatewayError as exc:
+                return None, exc
+            if principal is None:
+                return None, GatewayError(401, "invalid, expired or revoked end-user token", code="invalid_api_key",
+                                          headers={"www-authenticate": "Bearer"})
+            return principal, None
+        return None, refusal
 
     def _refused_origin(self, origin: bytes | None) -> GatewayError:
         """A preflight from an origin CORS_ORIGINS does not name: 403, without CORS headers, saying why."""

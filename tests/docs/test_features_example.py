@@ -11,6 +11,8 @@ import hashlib
 import pytest
 
 from gateway.app import create_app
+from gateway.http.key_ids import key_id as hmac_key_id
+from gateway.http.key_ids import secret_from_settings
 from tests.support.docs import code_blocks, read_doc
 from tests.support.fake_engine import settings_for
 from tests.support.gateway import READ_KEY, bearer, serving
@@ -53,7 +55,7 @@ async def test_the_feature_streams_a_chat_completion_through_the_gateway(greeter
     assert data[-1] == "[DONE]" and sum('"content":"t' in d for d in data) == 16
     sent = fake_engine.last.json
     assert sent["model"] == "fake-model" and sent["messages"][0]["content"] == "A poem that begins: hello"
-    key_id = hashlib.sha256(READ_KEY.encode()).hexdigest()[:12]
+    key_id = hmac_key_id(hashlib.sha256(READ_KEY.encode()).digest(), secret_from_settings(settings))
     assert f'gateway_tokens_total{{key_id="{key_id}",kind="completion"}} 16.0' in metrics
 
 

@@ -23,8 +23,12 @@ from gateway.config import Settings
 from tests.support.fake_engine import FakeEngine, Received
 
 READ_KEY = "sk-market-read-0123456789"
+APP_KEY = "sk-market-app-a-1357924680"
+OTHER_APP_KEY = "sk-market-app-b-2468013579"
 WRITE_KEY = "sk-market-write-9876543210"
 READ = {"Authorization": f"Bearer {READ_KEY}"}
+APP = {"Authorization": f"Bearer {APP_KEY}"}  # a marketplace backend acting for its users
+OTHER_APP = {"Authorization": f"Bearer {OTHER_APP_KEY}"}  # another application: sees none of APP's users
 WRITE = {"Authorization": f"Bearer {WRITE_KEY}"}
 
 JAKARTA = (-6.2088, 106.8456)
@@ -47,6 +51,7 @@ def make_settings(*, database_url: str, vllm_base_url: str, **overrides) -> Sett
         vllm_base_url=vllm_base_url,
         database_url=database_url,
         api_keys=[READ_KEY],
+        app_api_keys=[APP_KEY, OTHER_APP_KEY],
         admin_api_keys=[WRITE_KEY],
         session_store="off",
         access_log=False,
@@ -79,7 +84,7 @@ async def running_app(settings: Settings, **app_options) -> AsyncIterator[httpx.
 
 @pytest.fixture
 async def client(settings) -> AsyncIterator[httpx.AsyncClient]:
-    """An unauthenticated client: pass ``headers=READ`` or ``headers=WRITE``."""
+    """An unauthenticated client: pass ``headers=READ``, ``APP`` or ``WRITE``."""
     async with running_app(settings) as client:
         yield client
 
@@ -105,11 +110,12 @@ async def add_product(client: httpx.AsyncClient, *, supplier_id: int, name: str,
 
 
 async def add_user(client: httpx.AsyncClient, *, email: str = "ani@example.com", ai: bool = True,
-                   location: dict | None = None, **extra) -> dict:
+                   location: dict | None = None, headers: dict = APP, **extra) -> dict:
+    """A user registered by the app key ``headers`` names (APP by default), which then owns it."""
     body = {"name": "Ani", "email": email, "ai_access_enabled": ai, **extra}
     if location is not None:
         body["location"] = location
-    response = await client.post("/api/users", json=body, headers=WRITE)
+    response = await client.post("/api/users", json=body, headers=headers)
     assert response.status_code == 201, response.text
     return response.json()
 

@@ -11,6 +11,7 @@ serving. The real PostgreSQL stopped and started again: test_database_outage.py.
 from __future__ import annotations
 
 import sqlite3
+import uuid
 
 import pytest
 from sqlalchemy import exc as sa_exc
@@ -20,7 +21,7 @@ from marketplace.availability import is_outage, outage_kind
 from marketplace.db import create_engine, create_sessionmaker
 from marketplace.feature import MarketplaceFeature
 from marketplace.settings import MarketplaceSettings
-from tests.marketplace.support import JAKARTA, READ, WRITE, add_supplier, fake_engine, make_settings, running_app
+from tests.marketplace.support import APP, JAKARTA, READ, WRITE, add_supplier, fake_engine, make_settings, running_app
 from tests.support.servers import free_port
 from tests.support.waiting import until
 
@@ -59,8 +60,8 @@ async def test_a_database_down_at_start_up_leaves_the_gateway_serving(fake_engin
         assert_unavailable(await client.post("/api/suppliers/register", headers=WRITE, json={
             "name": "Toko", "business_name": "CV Toko", "location": "-6.2,106.8", "address": "", "contact": ""}),
             starting=True)
-        assert_unavailable(await client.post("/api/chat", headers=READ, json={"user_id": 1, "message": "kopi"}),
-                           starting=True)
+        assert_unavailable(await client.post("/api/chat", headers=APP, json={"user_id": str(uuid.uuid4()),
+                                                                             "message": "kopi"}), starting=True)
         # What needs no database still answers.
         assert (await client.get("/api/categories", headers=READ)).status_code == 200
         assert (await client.get("/api/places", params={"q": "band"}, headers=READ)).status_code == 200

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 
 from tests.marketplace.support import (
+    APP,
     JAKARTA,
     READ,
     add_product,
@@ -45,7 +47,7 @@ async def shops(client):
 
 
 async def chat(client, **body):
-    return await client.post("/api/chat", json=body, headers=READ)
+    return await client.post("/api/chat", json=body, headers=APP)
 
 
 async def test_chat_answers_from_nearby_in_stock_products_and_stores_both_messages(client, fake_engine, shops):
@@ -61,7 +63,7 @@ async def test_chat_answers_from_nearby_in_stock_products_and_stores_both_messag
     assert products_in_prompt(fake_engine.last.json) == ids
     assert fake_engine.last.json["max_tokens"] == 8 and fake_engine.last.json["temperature"] == 0.0
 
-    stored = (await client.get(f"/api/conversations/{body['conversation_id']}", headers=READ)).json()
+    stored = (await client.get(f"/api/conversations/{body['conversation_id']}", headers=APP)).json()
     assert stored["session_id"] == body["session_id"] and stored["user_id"] == user["id"]
     user_turn, answer = stored["messages"]
     assert (user_turn["role"], user_turn["content"]) == ("user", "laptop gaming budget 20 juta")
@@ -110,7 +112,7 @@ async def test_a_session_continues_the_conversation_with_its_history(client, fak
     assert [(m["role"], m["content"]) for m in sent[1:]] == [
         ("user", "ada laptop?"), ("assistant", first["answer"].strip()), ("user", "yang paling murah?"),
     ]
-    stored = (await client.get(f"/api/conversations/{first['conversation_id']}", headers=READ)).json()
+    stored = (await client.get(f"/api/conversations/{first['conversation_id']}", headers=APP)).json()
     assert [m["role"] for m in stored["messages"]] == ["user", "assistant", "user", "assistant"]
 
 
@@ -132,8 +134,9 @@ async def test_a_message_at_the_limit_after_normalisation_is_accepted(client, fa
 
 
 async def test_unknown_user_is_404_and_disabled_ai_is_403(client, fake_engine):
-    response = await chat(client, user_id=999, message="halo")
-    assert response.status_code == 404 and response.json()["detail"].startswith("user_id:")
+    nobody = str(uuid.uuid4())
+    response = await chat(client, user_id=nobody, message="halo")
+    assert response.status_code == 404 and response.json()["detail"] == f"user_id: user {nobody} not found"
     user = await add_user(client, ai=False)
     response = await chat(client, user_id=user["id"], message="halo")
     assert response.status_code == 403
@@ -155,11 +158,13 @@ async def test_unknown_user_is_404_and_disabled_ai_is_403(client, fake_engine):
         ({"message": "hi", "location": "somewhere"}, "location"),
         ({"message": "hi", "stream": "yes"}, "stream"),
         ({"message": "hi", "user_id": 0}, "user_id"),
+        ({"message": "hi", "user_id": "7"}, "user_id"),  # ids are UUIDs, not row numbers
+        ({"message": "hi", "user_id": None}, "user_id"),  # an API key names the user
         ({"message": "hi\x00"}, "message"),
     ],
 )
 async def test_bad_chat_requests_are_422(client, fake_engine, body, field):
-    response = await client.post("/api/chat", json={"user_id": 1, **body}, headers=READ)
+    response = await client.post("/api/chat", json={"user_id": str(uuid.uuid4()), **body}, headers=APP)
     assert response.status_code == 422
     assert field in field_of(response)
     assert fake_engine.received == []
@@ -212,7 +217,7 @@ async def test_streamed_chat_relays_events_and_stores_the_answer(client, fake_en
     assert products_in_prompt(fake_engine.last.json) == product_ids
 
     conversation = (await client.get(f"/api/conversations/{response.headers['x-conversation-id']}",
-                                     headers=READ)).json()
+                                     headers=APP)).json()
     assert [(m["role"], m["content"]) for m in conversation["messages"]] == [
         ("user", "laptop gaming"), ("assistant", text),
     ]
@@ -245,7 +250,7 @@ async def test_streamed_chat_through_resumable_sessions_stores_the_answer(databa
         # The session's producer stores the exchange when the generation ends: poll for it.
         deadline = asyncio.get_running_loop().time() + 10
         while True:
-            stored = (await client.get(f"/api/conversations/{conversation_id}", headers=READ)).json()
+            stored = (await client.get(f"/api/conversations/{conversation_id}", headers=APP)).json()
             if len(stored["messages"]) == 2 or asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)

@@ -76,8 +76,8 @@ async def test_migrations_create_what_the_models_describe_and_run_twice(database
             tables = await connection.run_sync(lambda c: set(inspect(c).get_table_names()))
     finally:
         await engine.dispose()
-    assert version == head_revision() == "0003"
-    assert {"suppliers", "products", "users", "conversations", "messages"} <= tables
+    assert version == head_revision() == "0004"
+    assert {"suppliers", "products", "users", "conversations", "messages", "user_tokens"} <= tables
 
 
 async def test_geodesic_km_in_sql_matches_geopy(database_url):

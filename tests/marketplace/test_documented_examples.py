@@ -3,7 +3,8 @@
 Every ```bash block after the one that starts the stack runs in bash, in order, with the
 documented keys and the demo catalogue, ``http://127.0.0.1:8000`` replaced by the test
 server's address. Each curl call's HTTP status is collected (curl writes it to stderr): all
-are 2xx except the documented refusal of an unknown category. The engine is the fake one
+are 2xx except the documented refusals, whose answer comment starts with their status
+(``# -> 422 ...``, ``# -> 404 ...``): they must answer exactly that. The engine is the fake one
 (the chat examples only need an answer); the category table is checked against the tree.
 """
 
@@ -26,7 +27,8 @@ from tests.support.servers import run_uvicorn
 DOCS = read_doc("marketplace.md")
 DOCS_URL = "http://127.0.0.1:8000"
 BLOCKS = [block for block in re.findall(r"```bash\n(.*?)```", DOCS, flags=re.DOTALL) if "./run.sh" not in block]
-REFUSED = {"laptob": 422}  # documented refusals: a word in the curl call -> its status
+CURL = re.compile(r"^\s*(?:[A-Z_]+=\$\()?curl\b")
+DOCUMENTED_STATUS = re.compile(r"^\s*# -> (\d{3})\b")
 STATUS = re.compile(r"^HTTP (\d{3})$", re.MULTILINE)
 
 
@@ -34,7 +36,7 @@ STATUS = re.compile(r"^HTTP (\d{3})$", re.MULTILINE)
 def documented_gateway(database_url, fake_engine):
     settings = make_settings(database_url=database_url,
                              vllm_base_url=fake_engine.base_url, api_keys=["sk-read-example"],
-                             admin_api_keys=["sk-admin-example"])
+                             app_api_keys=["sk-app-example"], admin_api_keys=["sk-admin-example"])
     marketplace = MarketplaceSettings(seed_demo_data=True)
     app = create_app(settings, features={"marketplace": lambda gateway: MarketplaceFeature(gateway, marketplace)})
     with run_uvicorn(app) as url:
@@ -45,7 +47,7 @@ def test_the_walkthrough_has_every_route_in_it():
     walkthrough = "\n".join(BLOCKS)
     for route in ("/api/categories", "/api/suppliers/register", "/api/products", "/api/products/search",
                   "/api/products/ai-search", "/api/products/compare", "/api/users", "/api/chat", "/api/conversations/",
-                  "cursor="):
+                  "cursor=", "/tokens", "-X PATCH", "-X DELETE"):
         assert route in walkthrough, route
 
 
@@ -62,25 +64,27 @@ async def test_the_walkthrough_runs_as_written(documented_gateway, database_url)
     statuses = [int(code) for code in STATUS.findall(result.stderr)]
     calls = _curl_calls(script)
     assert len(statuses) == len(calls), (statuses, calls)
-    for call, status in zip(calls, statuses, strict=True):
-        expected = next((code for word, code in REFUSED.items() if word in call), None)
+    for (call, expected), status in zip(calls, statuses, strict=True):
         if expected is not None:
-            assert status == expected, call
+            assert status == expected, (call, status, result.stdout[-3000:])
         else:
             assert 200 <= status < 300, (call, status, result.stdout[-3000:])
+    assert sorted(expected for _, expected in calls if expected) == [401, 401, 403, 404, 422]
     assert '"category":"makanan/kopi"' in result.stdout  # "kopi" was stored as its path
     assert '"offset":5' in result.stdout  # the cursor page followed page 1
 
 
-def _curl_calls(script: str) -> list[str]:
-    """Each curl command of ``script``, with its continuation lines, in order."""
+def _curl_calls(script: str) -> list[tuple[str, int | None]]:
+    """Each curl command of ``script`` with its continuation lines, in order, and the status its
+    answer comment documents (None: a success)."""
     calls, lines, index = [], script.splitlines(), 0
     while index < len(lines):
-        if lines[index].lstrip().startswith(("curl", "FIRST=$(curl")):
+        if CURL.match(lines[index]):
             end = index
             while lines[end].rstrip().endswith("\\"):
                 end += 1
-            calls.append("\n".join(lines[index:end + 1]))
+            documented = DOCUMENTED_STATUS.match(lines[end + 1]) if end + 1 < len(lines) else None
+            calls.append(("\n".join(lines[index:end + 1]), int(documented.group(1)) if documented else None))
             index = end
         index += 1
     return calls

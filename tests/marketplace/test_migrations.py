@@ -9,6 +9,7 @@ server.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timezone
 
 import pytest
@@ -19,7 +20,9 @@ from marketplace.db import create_engine
 from marketplace.migrations.runner import downgrade_to, head_revision, upgrade_to
 from marketplace.models import JsonType, UTCDateTime
 from tests.marketplace.support import (
+    APP,
     READ,
+    WRITE,
     database_url,
     fake_engine,
     make_settings,
@@ -148,3 +151,60 @@ async def test_migrated_rows_are_found_by_either_level(database_url, fake_engine
             vector = (await session.execute(sa.text("SELECT ux, uy, uz FROM suppliers WHERE id = 1"))).one()
     assert tuple(vector) == pytest.approx(sphere.unit_vector(-6.2, 106.8), abs=1e-15)
     assert head_revision() != "0001"
+
+
+async def test_users_and_conversations_of_the_previous_head_get_uuids_and_keep_everything(database_url, fake_engine):
+    await upgrade(database_url, "0001")
+    await write_old_rows(database_url)
+    await upgrade(database_url, "0003")  # the head before users were owned
+    before = await read_rows(database_url)
+
+    await upgrade(database_url, "0004")
+    assert await read_rows(database_url) == before  # every old column of every row, as it was
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            users = (await connection.execute(sa.text("SELECT public_id, owner_key_id FROM users"))).all()
+            conversation_id = await connection.scalar(sa.text("SELECT public_id FROM conversations"))
+    finally:
+        await engine.dispose()
+    ((user_id, owner),) = users
+    assert str(uuid.UUID(user_id)) == user_id and str(uuid.UUID(conversation_id)) == conversation_id
+    assert owner is None  # nobody knows which key made it
+
+    await _sequences_past_written_ids(database_url)
+    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url)
+    async with running_app(settings) as client:
+        # A row from before ownership: admin keys see it, app keys (and read keys) do not.
+        user = await client.get(f"/api/users/{user_id}", headers=WRITE)
+        assert user.status_code == 200 and user.json()["email"] == "sari@example.com"
+        conversation = await client.get(f"/api/conversations/{conversation_id}", headers=WRITE)
+        assert [m["content"] for m in conversation.json()["messages"]] == ["cari kopi", "Ada Kopi Gayo."]
+        assert conversation.json()["user_id"] == user_id and conversation.json()["session_id"] == "sari-1"
+        assert (await client.get(f"/api/users/{user_id}", headers=APP)).status_code == 404
+        assert (await client.get(f"/api/conversations/{conversation_id}", headers=APP)).status_code == 404
+        # Its conversation goes on with the admin key, and a token minted for it works.
+        chat = await client.post("/api/chat", json={"user_id": user_id, "message": "lagi", "session_id": "sari-1"},
+                                 headers=WRITE)
+        assert chat.status_code == 200 and chat.json()["conversation_id"] == conversation_id
+        token = (await client.post(f"/api/users/{user_id}/tokens", json={}, headers=WRITE)).json()["token"]
+        mine = await client.get(f"/api/users/{user_id}", headers={"Authorization": f"Bearer {token}"})
+        assert mine.status_code == 200
+
+    await asyncio.to_thread(downgrade_to, database_url, "0003")
+    after = await read_rows(database_url)
+    assert after["users"] == before["users"] and after["conversations"] == before["conversations"]
+    assert after["messages"][:2] == before["messages"]  # the downgrade dropped columns, never rows
+
+
+async def _sequences_past_written_ids(url: str) -> None:
+    """PostgreSQL: move the id sequences past the ids written by hand (the app's inserts advance them)."""
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                for table in ("suppliers", "products", "users", "conversations", "messages"):
+                    await connection.execute(sa.text(
+                        f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"))
+    finally:
+        await engine.dispose()

@@ -16,6 +16,7 @@ from marketplace.listing import search_origin
 from marketplace.models import PRICE_MAX
 from marketplace.query import parse_price, parse_query
 from tests.marketplace.support import (
+    APP,
     READ,
     WRITE,
     add_product,
@@ -78,11 +79,11 @@ async def test_ai_search_centres_on_a_place_in_the_query_over_the_request_locati
 async def test_chat_centres_on_a_place_in_the_message_over_the_request_location(ai_client, scripted_engine,
                                                                               two_cities):
     user = await add_user(ai_client, location={"lat": SURABAYA[0], "lng": SURABAYA[1]})
-    response = await ai_client.post("/api/chat", headers=READ, json={
+    response = await ai_client.post("/api/chat", headers=APP, json={
         "user_id": user["id"], "message": "laptop di Bandung", "location": {"lat": SURABAYA[0], "lng": SURABAYA[1]}})
     assert response.status_code == 200, response.text
     assert [hit["product"]["id"] for hit in response.json()["products"]] == [two_cities["bandung"]]
-    stored = (await ai_client.get(f"/api/conversations/{response.json()['conversation_id']}", headers=READ)).json()
+    stored = (await ai_client.get(f"/api/conversations/{response.json()['conversation_id']}", headers=APP)).json()
     assert stored["messages"][0]["details"]["location_source"] == "message"
 
 

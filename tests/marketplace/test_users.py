@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from tests.marketplace.support import (
-    READ,
+    APP,
     WRITE,
     add_user,
     client,
@@ -24,13 +25,14 @@ async def test_user_registers_and_reads_back(client):
                              preferences={"categories": ["elektronik"]})
     assert created["email"] == "budi@example.com"
     assert created["ai_access_enabled"] is True
-    response = await client.get(f"/api/users/{created['id']}", headers=READ)
+    assert str(uuid.UUID(created["id"])) == created["id"]  # a random UUID, not a row number
+    response = await client.get(f"/api/users/{created['id']}", headers=APP)
     assert response.status_code == 200
     assert response.json() == created
 
 
 async def test_ai_access_is_off_unless_asked_for(client):
-    response = await client.post("/api/users", json={"name": "C", "email": "c@example.com"}, headers=WRITE)
+    response = await client.post("/api/users", json={"name": "C", "email": "c@example.com"}, headers=APP)
     assert response.status_code == 201
     assert response.json()["ai_access_enabled"] is False
     assert response.json()["location"] is None
@@ -38,7 +40,7 @@ async def test_ai_access_is_off_unless_asked_for(client):
 
 async def test_duplicate_email_is_409_whatever_the_case(client):
     await add_user(client, email="sama@example.com")
-    response = await client.post("/api/users", json={"name": "Dua", "email": "SAMA@example.com"}, headers=WRITE)
+    response = await client.post("/api/users", json={"name": "Dua", "email": "SAMA@example.com"}, headers=APP)
     assert response.status_code == 409
     assert response.json()["detail"].startswith("email:")
     assert await count_rows(client, "users") == 1
@@ -46,7 +48,7 @@ async def test_duplicate_email_is_409_whatever_the_case(client):
 
 async def test_concurrent_duplicate_emails_create_one_user(client):
     body = {"name": "Balapan", "email": "race@example.com"}
-    responses = await asyncio.gather(*[client.post("/api/users", json=body, headers=WRITE) for _ in range(4)])
+    responses = await asyncio.gather(*[client.post("/api/users", json=body, headers=APP) for _ in range(4)])
     assert sorted(r.status_code for r in responses) == [201, 409, 409, 409]
     assert await count_rows(client, "users") == 1
 
@@ -67,13 +69,32 @@ async def test_concurrent_duplicate_emails_create_one_user(client):
 )
 async def test_bad_user_fields_are_refused(client, overrides, field):
     body = {"name": "U", "email": "u@example.com", **overrides}
-    response = await client.post("/api/users", json=body, headers=WRITE)
+    response = await client.post("/api/users", json=body, headers=APP)
     assert response.status_code == 422, response.text
     assert field in field_of(response)
     assert await count_rows(client, "users") == 0
 
 
 async def test_unknown_user_is_404(client):
-    response = await client.get("/api/users/31337", headers=READ)
+    nobody = str(uuid.uuid4())
+    response = await client.get(f"/api/users/{nobody}", headers=APP)
     assert response.status_code == 404
-    assert "user 31337" in response.json()["detail"]
+    assert response.json()["detail"] == f"user {nobody} not found"
+
+
+async def test_a_row_number_is_no_user_id(client):
+    await add_user(client)
+    response = await client.get("/api/users/1", headers=APP)
+    assert response.status_code == 422 and "user_id" in field_of(response)
+
+
+async def test_a_user_changes_only_the_fields_sent(client):
+    created = await add_user(client, location={"lat": -6.2, "lng": 106.8}, preferences={"bahasa": "id"})
+    response = await client.patch(f"/api/users/{created['id']}", json={"name": "Ani S.", "ai_access_enabled": False},
+                                  headers=APP)
+    assert response.status_code == 200, response.text
+    assert response.json() == {**created, "name": "Ani S.", "ai_access_enabled": False}
+    cleared = await client.patch(f"/api/users/{created['id']}", json={"location": None}, headers=APP)
+    assert cleared.json()["location"] is None and cleared.json()["preferences"] == {"bahasa": "id"}
+    refused = await client.patch(f"/api/users/{created['id']}", json={"email": "x@example.com"}, headers=APP)
+    assert refused.status_code == 422 and "email" in field_of(refused)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from geopy.distance import geodesic
@@ -110,17 +111,18 @@ async def test_the_parse_shows_as_chips_and_the_assistant_lists_the_products_it_
     assert "placeJakarta (from the search)" in chips
     assert "categoryelektronik/laptop" in chips and "taggaming" in chips and "wordlaptop" in chips
 
-    # The assistant answers registered users only: the page offers to create one, which a read
-    # key may not do (403, said plainly); with the admin key it can.
-    await page.fill("#market-user", "4242")
+    # The assistant reaches users' data: a read key may not (403, said plainly). With the admin
+    # key, a user id it does not know is a 404: the page offers to create a user, then asks again.
+    stranger = "3f2b8c1e-5d4a-4e6f-9a7b-0c1d2e3f4a5b"
+    await page.fill("#market-user", stranger)
     await page.click("#market-ask")
-    await expect(page.locator("#market-status")).to_contain_text("user 4242 not found", timeout=WAIT)
-    await expect(page.locator("#market-create-user")).to_be_visible()
-    await page.click("#market-create-user")
     await expect(page.locator("#notice")).to_contain_text("This API key may not do that (403")
     await expect(page.locator("#notice")).to_be_visible()
     await page.click("#key-toggle")
     await visit.enter_key(ADMIN_KEY)
+    await page.click("#market-ask")
+    await expect(page.locator("#market-status")).to_contain_text(f"user {stranger} not found", timeout=WAIT)
+    await expect(page.locator("#market-create-user")).to_be_visible()
     await page.click("#market-create-user")
     await expect(page.locator("#market-status")).to_contain_text("Answered from", timeout=WAIT)
     await expect(page.locator("#market-create-user")).to_be_hidden()
@@ -132,7 +134,8 @@ async def test_the_parse_shows_as_chips_and_the_assistant_lists_the_products_it_
     assert [row["name"] for row in given] == [hit["product"]["name"] for hit in reply["products"]]
     assert len(given) >= 1 and all(hit["product"]["in_stock"] for hit in reply["products"])
     assert reply["parsed"]["place"]["name"] == "Jakarta"
-    assert await page.input_value("#market-user") != "4242"  # the user the page created
+    created = await page.input_value("#market-user")  # the user the page created, by its UUID
+    assert created != stranger and str(uuid.UUID(created)) == created
     visit.check_clean(ADMIN_KEY, READ_KEY)
 
 

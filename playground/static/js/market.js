@@ -8,6 +8,8 @@ import { idr, km, numberField } from "./format.js";
 import { readText, writeText } from "./storage.js";
 
 const USER_KEY = "stack-playground.market-user";
+// Marketplace users are known by random UUIDs (an id of an older page, a row number, is dropped).
+const USER_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const SUGGESTIONS = 8;
 const relaxations = {
   matched_any_term: "matched any one word",
@@ -40,7 +42,7 @@ export function initMarket() {
   let typing = null;
 
   const savedUser = readText("local", USER_KEY);
-  if (savedUser) userId.value = savedUser;
+  if (savedUser && USER_ID.test(savedUser)) userId.value = savedUser;
 
   // --- the place picker -----------------------------------------------------------------
 
@@ -221,14 +223,19 @@ export function initMarket() {
       read.focus.focus();
       return;
     }
-    const user = numberField(userId, { label: "Assistant user id", min: 1, max: 2 ** 31 - 1, integer: true });
-    if (user.error) {
-      setStatus(status, user.error, { error: true });
+    const user = userId.value.trim();
+    if (!user) {
+      createUser.hidden = false;
+      setStatus(status, "The assistant answers registered users: create one (needs an app or admin key), or enter a user id.", { error: true });
+      return;
+    }
+    if (!USER_ID.test(user)) {
+      setStatus(status, "Assistant user id: a user id is a UUID, as creating a user returns it.", { error: true });
       userId.focus();
       return;
     }
     await settlePlace();
-    const body = { user_id: user.value, message: read.text };
+    const body = { user_id: user, message: read.text };
     if (chosen) body.location = { lat: chosen.lat, lng: chosen.lng };
     askButton.disabled = true;
     setStatus(status, "Asking the assistant…");
@@ -236,7 +243,7 @@ export function initMarket() {
     clear(given);
     try {
       const { data } = await requestJson("/api/chat", { method: "POST", json: body });
-      writeText("local", USER_KEY, String(user.value));
+      writeText("local", USER_KEY, user);
       createUser.hidden = true;
       answer.textContent = data.answer;
       showHits(given, data.products);
@@ -245,7 +252,7 @@ export function initMarket() {
     } catch (error) {
       if (error instanceof ApiError && error.status === 404 && error.field === "user_id") {
         createUser.hidden = false;
-        setStatus(status, `${error.message} The assistant answers registered users: create one (needs a key that may write).`, { error: true });
+        setStatus(status, `${error.message} The assistant answers registered users of this key: create one (needs an app or admin key).`, { error: true });
       } else {
         setStatus(status, error.message, { error: true });
       }

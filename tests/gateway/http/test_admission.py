@@ -82,7 +82,7 @@ async def test_control_requests_are_admitted_apart_and_bounded_by_their_own_pool
     admission = Admission(max_inflight=10, max_inflight_per_key=1)
     shapes = ErrorShapes()
     shapes.register_prefix("/v1/", OPENAI_SHAPE)
-    middleware = GatewayMiddleware(app, keyring=KeyRing(read_keys=[KEY], write_keys=[]), admission=admission,
+    middleware = GatewayMiddleware(app, keyring=KeyRing(read_keys=[KEY], write_keys=[], secret=b"test-secret-0123456789"), admission=admission,
                                    metrics=Metrics(), error_shapes=shapes, max_body_bytes=1 << 20,
                                    metrics_require_auth=True, access_log=False,
                                    control_requests=ControlRequests([("POST", "/v1/cancel/{session_id}")]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 
 import pytest
 
@@ -56,12 +57,17 @@ async def test_non_openai_paths_get_detail_shape(secured):
     assert "detail" in response.json()
 
 
-async def test_keys_never_appear_in_metrics(secured):
-    await secured.post(CHAT, json=chat_body(), headers=bearer(READ_KEY))
-    text = (await secured.get("/metrics", headers=bearer(READ_KEY))).text
+async def test_keys_never_appear_in_metrics(make_settings):
+    settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], key_id_secret="metrics-test-secret-0001")
+    async with serving(settings) as client:
+        await client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY))
+        text = (await client.get("/metrics", headers=bearer(READ_KEY))).text
     assert READ_KEY not in text and WRITE_KEY not in text
-    key_id = hashlib.sha256(READ_KEY.encode()).hexdigest()[:12]
-    assert f'key_id="{key_id}"' in text
+    expected = hmac.new(b"metrics-test-secret-0001", hashlib.sha256(READ_KEY.encode()).digest(),
+                        hashlib.sha256).hexdigest()[:16]
+    assert f'key_id="{expected}"' in text
+    # The label is no digest prefix of the key: it cannot confirm a guessed key offline.
+    assert hashlib.sha256(READ_KEY.encode()).hexdigest()[:12] not in text
 
 
 async def test_per_key_in_flight_limit_is_a_429_with_retry_after(make_settings, fake_engine):

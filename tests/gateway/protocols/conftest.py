@@ -15,17 +15,19 @@ import pytest
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http.auth import hash_key
+from gateway.http.key_ids import key_id as hmac_key_id
 from tests.support.servers import run_uvicorn
 
 KEY_A = "sk-surface-key-a-0123456789"
 KEY_B = "sk-surface-key-b-9876543210"
 ADMIN_KEY = "sk-surface-admin-5555555555"
 RUNNING = "vllm:num_requests_running"
+KEY_ID_SECRET = "surface-key-id-secret-0123456789"
 
 
 def key_id(key: str) -> str:
-    """The key id the gateway labels a key's metrics and resources with (a digest prefix)."""
-    return hash_key(key).hex()[:12]
+    """The key id the gateway labels a key's metrics and resources with (an HMAC of the key's digest)."""
+    return hmac_key_id(hash_key(key), KEY_ID_SECRET.encode())
 
 
 def surface_settings(engine, tmp_path, **overrides) -> Settings:
@@ -35,6 +37,7 @@ def surface_settings(engine, tmp_path, **overrides) -> Settings:
         api_keys=[KEY_A, KEY_B],
         admin_api_keys=[ADMIN_KEY],
         database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db",
+        key_id_secret=KEY_ID_SECRET,
         session_store="sqlite",
         sse_keepalive_seconds=2.0,
         access_log=False,

@@ -128,3 +128,10 @@ def test_the_gateway_routes_over_both_engines_with_the_fleet_profile(compose: di
     port = int(engine_flag(compose["services"]["vllm"]["command"], "--port"))
     assert [(urlsplit(url).hostname, urlsplit(url).port) for url in documented_fleet_urls()] == [
         ("vllm", port), ("vllm-2", port)]
+
+
+def test_the_gateway_on_postgresql_cannot_start_without_a_key_id_secret(compose: dict) -> None:
+    # Owners are stored by key id; on PostgreSQL there is no file for a secret of the gateway's
+    # own, so an unset secret would change every id at each restart: compose refuses instead.
+    env = environment(compose["services"]["gateway"])
+    assert env["KEY_ID_SECRET"].startswith("${KEY_ID_SECRET:?")

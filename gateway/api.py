@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.config import Settings, is_loopback
+from gateway.config import Settings, is_loopback, sqlite_database
 from gateway.core import Core
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
 from gateway.http.auth import AppDep, Principal, PrincipalDep, TokenAuthenticator, UserDataDep, WriterDep
@@ -33,6 +33,7 @@ __all__ = [
     "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
     "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX", "SESSION_ID_PATTERN",
     "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback", "is_valid_session_id", "request_id",
+    "sqlite_database",
 ]
 
 

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -244,3 +246,19 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def sqlite_database(url: str) -> str | None:
+    """The file of a SQLite URL (``sqlite+aiosqlite:///./data/stack.db`` -> ``./data/stack.db``).
+
+    None for another database, an in-memory SQLite or a URL that does not parse. The one
+    reading of a database URL's SQLite file: the session store, the marketplace's database and
+    the key-id secret kept beside it all ask here.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return parsed.database

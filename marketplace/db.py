@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 
+from gateway.api import sqlite_database
 from marketplace.geodesy import vincenty_km
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -45,10 +46,8 @@ def database_kind(url: str) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL (None for PostgreSQL or in-memory SQLite)."""
-    parsed = make_url(normalize_url(url))
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
+    database = sqlite_database(normalize_url(url))
+    return Path(database) if database is not None else None
 
 
 async def ensure_database_directory(url: str) -> None:

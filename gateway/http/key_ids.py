@@ -30,7 +30,7 @@ import secrets
 from functools import cache
 from pathlib import Path
 
-from gateway.config import Settings
+from gateway.config import Settings, sqlite_database
 
 log = logging.getLogger("gateway.auth")
 
@@ -71,13 +71,8 @@ def process_secret() -> bytes:
 
 def sqlite_directory(database_url: str) -> Path | None:
     """The directory of a SQLite file URL (``sqlite+aiosqlite:///./data/stack.db``), else None."""
-    scheme, sep, rest = database_url.partition(":///")
-    if not sep or not scheme.split("+")[0] == "sqlite":
-        return None
-    path = rest.split("?", 1)[0]
-    if not path or path == ":memory:" or path.startswith("file:"):
-        return None
-    return Path(path).parent
+    database = sqlite_database(database_url)
+    return Path(database).parent if database is not None else None
 
 
 def persisted_secret(path: Path) -> bytes:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from gateway.config import sqlite_database
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
     LIVE,
@@ -100,14 +101,13 @@ ON CONFLICT (owner, session_id) DO UPDATE SET
 
 def sqlite_path(url: str) -> str:
     """The file of a ``sqlite:///path`` or ``sqlite+aiosqlite:///path`` URL."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or not scheme.startswith("sqlite"):
+    path = sqlite_database(url)
+    if path is None:
+        if url.partition(":")[0].startswith("sqlite"):
+            raise ValueError("the sessions SQLite database must be a file (not :memory:): "
+                             "other connections must see it")
         raise ValueError(f"SESSION_STORE=sqlite needs a sqlite:/// URL in SESSIONS_DATABASE_URL or DATABASE_URL, "
-                         f"got {scheme or url!r}")
-    path = rest[1:] if rest.startswith("/") else rest  # sqlite:///rel, sqlite:////abs
-    path = path.split("?", 1)[0]
-    if not path or path == ":memory:":
-        raise ValueError("the sessions SQLite database must be a file (not :memory:): other connections must see it")
+                         f"got {url.partition(':')[0] or url!r}")
     return path
 
 

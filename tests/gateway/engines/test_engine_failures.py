@@ -62,16 +62,22 @@ def assert_ended_with_an_error_event(events: list[Event]) -> dict:
     return error
 
 
+async def a_long_stream_under_way(client, engine) -> asyncio.Task:
+    """A stream asking for far more tokens than any test waits for, once its first events are in."""
+    events: list[Event] = []
+    reading = asyncio.create_task(read_stream(client, "POST", CHAT, json=engine_chat_body(engine.handle, LONG),
+                                              live=events))
+    await until(lambda: len(events) >= 10, 60, what="the stream's first events")
+    return reading
+
+
 async def test_a_frozen_engine_ends_the_stream_at_the_chunk_timeout_and_the_gateway_serves_on(
         killable_vllm_engine, tmp_path, figures):
     engine = killable_vllm_engine
     gateway = await gateway_for(engine, tmp_path, UPSTREAM_CHUNK_TIMEOUT=str(CHUNK_TIMEOUT)).start()
     try:
         async with fresh_client(gateway.base_url) as client:
-            events: list[Event] = []
-            reading = asyncio.create_task(read_stream(client, "POST", CHAT, json=engine_chat_body(
-                engine.handle, LONG), live=events))
-            await until(lambda: len(events) >= 10, 60, what="the stream's first events")
+            reading = await a_long_stream_under_way(client, engine)
             with engine.paused():
                 frozen_at = time.monotonic()
                 # Asked at once, together: each must answer while the stream still waits on the engine.
@@ -104,10 +110,7 @@ async def test_a_killed_engine_ends_the_stream_turns_readiness_off_and_is_served
              "temperature": 0}
     try:
         async with fresh_client(gateway.base_url) as client:
-            events: list[Event] = []
-            reading = asyncio.create_task(read_stream(client, "POST", CHAT, json=engine_chat_body(
-                engine.handle, LONG), live=events))
-            await until(lambda: len(events) >= 10, 60, what="the stream's first events")
+            reading = await a_long_stream_under_way(client, engine)
             engine.kill()
             killed_at = time.monotonic()
             got = await reading

@@ -48,7 +48,7 @@ from gateway.protocols.responses.dialect import ending_dialect
 from gateway.protocols.responses.routes import ResponsesAPI
 from gateway.relay.context import StreamBackend
 from gateway.relay.plain import PlainRelay
-from gateway.serving import drain_on_signals
+from gateway.serving import drain_on_signals, freeze_startup_heap
 from gateway.sessions.manager import SessionManager
 from gateway.sessions.routes import sessions_router
 from gateway.sessions.store import make_store
@@ -88,8 +88,18 @@ class GatewayApp(FastAPI):
         return self.openapi_schema
 
 
-def create_app(settings: Settings | None = None, *, features: dict[str, FeatureFactory] | None = None) -> FastAPI:
-    """The gateway for ``settings``; ``features``: factories to plug in (default: the installed ones)."""
+def create_served_app() -> FastAPI:
+    """The app ``stack-gateway`` serves: the gateway of the environment's settings, its heap frozen once started."""
+    return create_app(freeze_heap_when_started=True)
+
+
+def create_app(settings: Settings | None = None, *, features: dict[str, FeatureFactory] | None = None,
+               freeze_heap_when_started: bool = False) -> FastAPI:
+    """The gateway for ``settings``; ``features``: factories to plug in (default: the installed ones).
+
+    ``freeze_heap_when_started``: for the one app of a served process (``create_served_app``);
+    tests that build many apps in one process leave it off, or each app would stay frozen.
+    """
     settings = settings or Settings()
     metrics = Metrics()
     fleet = Fleet.from_settings(settings, metrics=metrics)
@@ -133,6 +143,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
             for feature in plugged:
                 await feature.start()
                 stack.push_async_callback(feature.stop)
+            if freeze_heap_when_started:
+                freeze_startup_heap()
             yield
 
     app = GatewayApp(

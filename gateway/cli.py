@@ -34,7 +34,7 @@ def main() -> None:
         log.warning("CORS_ORIGINS is set but no API key is: pages of %s opened on this machine can use the "
                     "gateway without a key", ", ".join(settings.cors_origins))
     uvicorn.run(
-        "gateway.app:create_app",
+        "gateway.app:create_served_app",
         factory=True,
         host=settings.host,
         port=settings.port,

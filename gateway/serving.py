@@ -1,4 +1,12 @@
-"""Shutting down without dropping anyone: the drain that starts when the server is told to stop.
+"""The served process: a heap the cycle collector no longer walks, and the drain that starts when told to stop.
+
+Once the gateway has started, the ~160,000 objects it holds for good (modules, classes,
+routes, settings, pools) would be walked by every full collection of Python's cycle
+collector: measured under 32 streams, five full collections in 20 s took 100 ms each,
+stalling every stream and every new request's first token while they ran.
+``freeze_startup_heap`` moves them out of the collector's generations (``gc.freeze``), so a
+collection only walks what was allocated since; objects still die by reference count as
+ever.
 
 uvicorn stops in this order: stop accepting, wait up to ``timeout_graceful_shutdown`` for
 open requests, cancel what is left, and only then run the app's lifespan shutdown. A
@@ -13,11 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import threading
 from collections.abc import Callable, Iterator
 
 DRAIN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def freeze_startup_heap() -> None:
+    """Collect what start-up left behind, then keep every object alive now out of later collections."""
+    gc.collect()
+    gc.freeze()
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import aiohttp
 
+from gateway.engines.buffered_read import reader_of
 from gateway.engines.engine import Engine
 from gateway.engines.errors import (
     STALLED,
@@ -24,12 +25,12 @@ from gateway.engines.fleet import Fleet
 class EngineStream:
     """An open streamed response from one engine: raw bytes as they arrive."""
 
-    __slots__ = ("response", "_content", "status", "engine", "_fleet", "closed", "_reported")
+    __slots__ = ("response", "_read", "status", "engine", "_fleet", "closed", "_reported")
 
     def __init__(self, response: aiohttp.ClientResponse, chunk_timeout: float, engine: Engine | None = None,
                  fleet: Fleet | None = None) -> None:
         self.response = response
-        self._content = response.content
+        self._read = reader_of(response.content)
         self.status = response.status
         self.engine = engine  # which engine streams it (the fleet counts its open requests)
         self._fleet = fleet
@@ -44,20 +45,20 @@ class EngineStream:
             protocol.read_timeout = chunk_timeout
             protocol.start_timeout()
 
-    # The streaming loop reads ``content.readany()`` itself (one awaited call per read, no
-    # wrapper: measured in bench/instructions.py) and turns these into the gateway's errors
-    # with ``failure``.
+    # The streaming loop awaits the reader itself (one awaited call per read, no wrapper:
+    # measured in bench/instructions.py) and turns these into the gateway's errors with
+    # ``failure``.
     errors = (TimeoutError, aiohttp.ClientError, OSError)
 
     @property
     def readany(self):
         """``await stream.readany()``: the bytes that arrived since the last read; b"" at the end."""
-        return self._content.readany
+        return self._read
 
     async def read(self) -> bytes:
         """``readany`` with its failure already translated (for callers off the hot path)."""
         try:
-            return await self._content.readany()
+            return await self._read()
         except self.errors as exc:
             raise self.failure(exc) from exc
 

@@ -7,6 +7,8 @@ engine to the fleet, which ejects it for a while, unless the gateway closed the 
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 
 from gateway.engines.buffered_read import reader_of
@@ -20,6 +22,10 @@ from gateway.engines.errors import (
     translate_client_error,
 )
 from gateway.engines.fleet import Fleet
+
+
+# How long the end of a body may lag behind the protocol's terminal event (``reach_end``).
+END_OF_BODY_SECONDS = 0.5
 
 
 class EngineStream:
@@ -61,6 +67,26 @@ class EngineStream:
             return await self._read()
         except self.errors as exc:
             raise self.failure(exc) from exc
+
+    async def reach_end(self) -> None:
+        """After the protocol's terminal event: read on to the body's end, so the connection is kept.
+
+        An engine writes the end of a chunked body (its last, empty chunk) after the terminal
+        event, often in a packet of its own. aiohttp hands the connection back to its pool
+        when it reads that end; a stream closed before it closes the connection, and the
+        next request pays a new TCP connection (measured: a new socket per streamed request).
+        A body that goes on after its terminal event, or does not end within
+        ``END_OF_BODY_SECONDS``, is closed as before.
+        """
+        if self.closed or self.response.content.is_eof():
+            return
+        try:
+            async with asyncio.timeout(END_OF_BODY_SECONDS):
+                more = await self._read()
+        except (asyncio.TimeoutError, *self.errors):
+            more = None
+        if more != b"":
+            self.close()
 
     def failure(self, exc: BaseException) -> EngineError:
         """The gateway's error for a failed read; the engine is blamed unless the gateway closed the stream."""

@@ -49,6 +49,7 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
             if block:
                 await write(block)
             if tracker.ended:
+                await stream.reach_end()  # (so its connection serves the next request)
                 return None
     except GatewayError as failure:
         return failure

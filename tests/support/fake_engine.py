@@ -40,8 +40,10 @@ class FakeEngine:
     first_chunk_delay: float = 0.0
     response_delay: float = 0.0  # seconds before a non-streamed answer: the engine "generating"
     models_delay: float = 0.0    # seconds before /v1/models answers (3600: a frozen engine)
+    end_delay: float = 0.0       # seconds between a stream's [DONE] and the end of its body (its last chunk)
     received: list[Received] = field(default_factory=list)
     streams_started: int = 0
+    client_ports: set[int] = field(default_factory=set)  # one per TCP connection the gateway opened
     streams_aborted: int = 0
     streams_active: int = 0       # streams being generated right now
     most_streams_active: int = 0  # the most at once so far
@@ -77,9 +79,11 @@ class FakeEngine:
         return self.received[-1]
 
     async def _health(self, request: web.Request) -> web.Response:
+        self.client_ports.add(request.transport.get_extra_info("peername")[1])
         return web.Response(status=self.health_status, text="")
 
     async def _models(self, request: web.Request) -> web.Response:
+        self.client_ports.add(request.transport.get_extra_info("peername")[1])
         if self.models_delay:
             await asyncio.sleep(self.models_delay)
         data = [
@@ -90,6 +94,7 @@ class FakeEngine:
         return web.json_response({"object": "list", "data": data})
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
+        self.client_ports.add(request.transport.get_extra_info("peername")[1])
         body = await request.read()
         self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
         payload = orjson.loads(body)
@@ -179,6 +184,8 @@ class FakeEngine:
                                                       "completion_tokens": n_tokens}}))
             if self.mode != "no_done":
                 await response.write(b"data: [DONE]\n\n")
+            if self.end_delay:
+                await asyncio.sleep(self.end_delay)  # the body's end comes in a packet of its own, later
         except (ConnectionResetError, asyncio.CancelledError):
             self.streams_aborted += 1
             self.stream_aborted.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from gateway.app import create_app
 from tests.support.bodies import CHAT, chat_body
@@ -63,3 +64,41 @@ async def test_a_client_that_leaves_is_counted_as_499_not_as_a_server_error(make
         server_errors = registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "500"})
     assert registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"}) == 1
     assert server_errors is None
+
+
+@pytest.mark.parametrize("session_store", ["off", "sqlite"])
+async def test_streams_that_end_leave_their_engine_connection_for_the_next_request(make_settings, fake_engine,
+                                                                                   session_store):
+    fake_engine.end_delay = 0.05  # as from vLLM: [DONE], then the body's last chunk on its own
+    # No polling meanwhile: every request to the engine below is the test's own.
+    app = create_app(make_settings(session_store=session_store, engine_poll_interval=3600, engine_metrics_interval=0))
+    async with serve_uvicorn(app) as url, httpx.AsyncClient(timeout=10) as client:
+        for _ in range(3):
+            async with client.stream("POST", url + CHAT, json=chat_body(stream=True, max_tokens=5)) as response:
+                lines = [line async for line in response.aiter_lines() if line.startswith("data:")]
+            assert lines[-1] == "data: [DONE]"
+        # One TCP connection to the engine, opened by the gateway's first look at it, for all three.
+        assert len(fake_engine.client_ports) == 1
+
+        fake_engine.chunk_delay = 0.02
+        async with client.stream("POST", url + CHAT, json=chat_body(stream=True, max_tokens=1000)) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    break
+        await asyncio.wait_for(fake_engine.stream_aborted.wait(), timeout=5)
+        fake_engine.chunk_delay = 0.0
+        response = await client.post(url + CHAT, json=chat_body(stream=True, max_tokens=5))
+        assert response.text.rstrip().endswith("data: [DONE]")
+    # The abandoned stream's connection was closed (so vLLM aborted it); the next request opened another.
+    assert len(fake_engine.client_ports) == 2
+
+
+async def test_a_body_that_does_not_end_after_its_done_is_closed_and_the_stream_still_ends(make_settings,
+                                                                                          fake_engine):
+    fake_engine.end_delay = 3600  # [DONE], then the engine keeps the body open
+    app = create_app(make_settings(engine_poll_interval=3600, engine_metrics_interval=0))
+    async with serve_uvicorn(app) as url, httpx.AsyncClient(timeout=10) as client:
+        for _ in range(2):
+            response = await client.post(url + CHAT, json=chat_body(stream=True, max_tokens=5))
+            assert response.text.rstrip().endswith("data: [DONE]")
+    assert len(fake_engine.client_ports) == 2  # each one's connection closed: it could not be kept

@@ -24,10 +24,18 @@ _PLAIN_RECORD_SIZE = len(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id, extras."""
 
+    # The timestamp's whole seconds, formatted once per second rather than once per line
+    # (strftime and gmtime on every access line).
+    _second: tuple[int, str] = (-1, "")
+
     def format(self, record: logging.LogRecord) -> str:
+        second, prefix = self._second
+        if int(record.created) != second:
+            second = int(record.created)
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, prefix)
         entry: dict[str, object] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": f"{prefix}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

@@ -22,8 +22,8 @@ impatient clients do not show up as server errors.
 from __future__ import annotations
 
 import logging
+import os
 import re
-import secrets
 import time
 from typing import Any
 
@@ -58,7 +58,8 @@ SERVER_SEND = "gateway.server_send"
 
 
 def new_request_id() -> str:
-    return secrets.token_hex(12)
+    # What secrets.token_hex(12) returns (it reads os.urandom too), in one call instead of four.
+    return os.urandom(12).hex()
 
 
 class GatewayMiddleware:

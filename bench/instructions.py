@@ -11,9 +11,10 @@ fake upstream; after a warm-up the counters are zeroed, a fixed number of reques
 (streamed: 256 chunks; non-streamed: 16 tokens), and the dump's total is divided by them.
 Ratios against the bare relay are what to read (valgrind counts the interpreter too).
 
-Valgrind slows Python about 50 times, so what the gateway batches by the clock (session
-writes, every ``SESSION_FLUSH_INTERVAL``) would be done 50 times as often per request;
-the session variants run with that interval stretched by the same factor (``--slowdown``).
+Valgrind slows Python about 50 times, so what the gateway does by the clock (session
+writes, every ``SESSION_FLUSH_INTERVAL``; its looks at the engines, every
+``ENGINE_POLL_INTERVAL`` and ``ENGINE_METRICS_INTERVAL``) would be done 50 times as often per
+request; the servers run with those intervals stretched by the same factor (``--slowdown``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def server_argv(name: str, port: int, upstream: str) -> list[str]:
 
 
 FLUSH_INTERVAL = 0.05  # the default SESSION_FLUSH_INTERVAL
+# The engine looks the gateway takes by the clock: its poll of each engine (/v1/models) and its
+# read of each engine's load (/metrics, every second). Unstretched, valgrind's slow clock
+# made them about 50 times as frequent per request: ~30,000 instructions per non-streamed
+# request, none of which a request costs at full speed (one read a second over thousands).
+POLL_INTERVAL = 5.0      # the default ENGINE_POLL_INTERVAL
+METRICS_INTERVAL = 1.0   # the default ENGINE_METRICS_INTERVAL
 
 
 def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | None,
@@ -55,6 +62,8 @@ def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | 
            "SESSION_STORE": variant if variant != "bare-relay" else "off", "ACCESS_LOG": "true",
            "DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/{name}-{port}.db",
            "SESSION_FLUSH_INTERVAL": str(FLUSH_INTERVAL * slowdown),
+           "ENGINE_POLL_INTERVAL": str(POLL_INTERVAL * slowdown),
+           "ENGINE_METRICS_INTERVAL": str(METRICS_INTERVAL * slowdown),
            "MAX_INFLIGHT": "4096", "MAX_INFLIGHT_PER_KEY": "4096",
            # The clock runs ~50x slower under valgrind: a connection the slowed server opens
            # to the fake upstream must not count as an engine that stopped answering.

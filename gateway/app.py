@@ -70,6 +70,25 @@ class GatewayApp(FastAPI):
     gateway_middleware: dict | None = None
     raw_routes: list[RawRoute] = []  # set by create_app
 
+    _direct: bool | None = None  # whether HTTP requests go straight to the middleware stack
+
+    async def __call__(self, scope, receive, send) -> None:
+        # FastAPI asks OpenTelemetry on every request whether it should trace it (a handful
+        # of calls through the global providers: 1-2% of a non-streamed request's
+        # instructions). Decided once, at the first request: without a configured provider
+        # (the gateway configures none) HTTP requests enter the middleware stack directly, as
+        # Starlette's own __call__ would send them; with one, FastAPI's path is kept.
+        if scope["type"] == "http":
+            if self._direct is None:
+                self._direct = not self.root_path and not self._native_telemetry.enabled()
+            if self._direct:
+                scope["app"] = self
+                if self.middleware_stack is None:
+                    self.middleware_stack = self.build_middleware_stack()
+                await self.middleware_stack(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
     def build_middleware_stack(self):
         stack = super().build_middleware_stack()
         if self.gateway_middleware is None:

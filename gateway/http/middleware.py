@@ -22,8 +22,8 @@ impatient clients do not show up as server errors.
 from __future__ import annotations
 
 import logging
+import os
 import re
-import secrets
 import time
 from typing import Any
 
@@ -41,11 +41,12 @@ from gateway.http.auth import (
 )
 from gateway.http.cors import PREFLIGHT, CorsPolicy, is_preflight
 from gateway.http.errors import ErrorShapes, GatewayError
-from gateway.http.logs import request_id_var
+from gateway.http.logs import AccessLog, request_id_var
 from gateway.http.metrics import Metrics
 from gateway.http.timing import ENGINE_WAIT, serving_scope
 
 log = logging.getLogger("gateway.access")
+access_log = AccessLog(log)
 
 ALWAYS_PUBLIC = frozenset({"/health", "/livez", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -58,7 +59,8 @@ SERVER_SEND = "gateway.server_send"
 
 
 def new_request_id() -> str:
-    return secrets.token_hex(12)
+    # What secrets.token_hex(12) returns (it reads os.urandom too), in one call instead of four.
+    return os.urandom(12).hex()
 
 
 class GatewayMiddleware:
@@ -193,17 +195,14 @@ class GatewayMiddleware:
             route_label = getattr(route, "path", "unmatched")
             metrics.observe_request(route_label, status_holder[0], elapsed)
             if self.access_log:
-                log.info(
-                    "request",
-                    extra={"fields": {
-                        "method": scope["method"],
-                        "path": path,
-                        "status": status_holder[0],
-                        "ms": round(elapsed * 1000, 3),
-                        "upstream_ms": round(scope[ENGINE_WAIT] * 1000, 3),
-                        "key_id": key_id,
-                    }},
-                )
+                access_log.write({
+                    "method": scope["method"],
+                    "path": path,
+                    "status": status_holder[0],
+                    "ms": round(elapsed * 1000, 3),
+                    "upstream_ms": round(scope[ENGINE_WAIT] * 1000, 3),
+                    "key_id": key_id,
+                })
             request_id_var.reset(token)
             serving_scope.reset(scope_token)
 

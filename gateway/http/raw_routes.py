@@ -93,7 +93,18 @@ class RawRouter:
             if route is None and self._templated:
                 route = self._match(scope)
             if route is not None:
-                await self._serve(route, scope, receive, send)
+                # Served here rather than in a helper coroutine: every coroutine in the chain
+                # is resumed each time the request waits on the engine.
+                # A raw handler raises only before it starts its response (after that, errors are
+                # in-band: an SSE error event); so an exception here can always become an answer.
+                scope["route"] = route.label
+                try:
+                    await route.handler(scope, receive, send)
+                except GatewayError as error:
+                    await send_error(route.error_shape, error, send)
+                except Exception:
+                    log.exception("unhandled error", extra={"path": scope["path"]})
+                    await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), send)
                 return
             allowed = self._methods.get(scope["path"])
             if allowed is not None and scope["method"] not in allowed:
@@ -114,19 +125,6 @@ class RawRouter:
                 scope["path_params"] = found.groupdict()
                 return route
         return None
-
-    @staticmethod
-    async def _serve(route: RawRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        # A raw handler raises only before it starts its response (after that, errors are
-        # in-band: an SSE error event); so an exception here can always become an answer.
-        scope["route"] = route.label
-        try:
-            await route.handler(scope, receive, send)
-        except GatewayError as error:
-            await send_error(route.error_shape, error, send)
-        except Exception:
-            log.exception("unhandled error", extra={"path": scope["path"]})
-            await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), send)
 
 
 def control_requests(raw_routes: list[RawRoute], routes: list[Any]) -> ControlRequests:

@@ -23,6 +23,7 @@ from gateway.engines.errors import parse_error_body
 from gateway.engines.routing import RouteHints
 from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.errors import GatewayError, send_error
+from gateway.http.middleware import SERVER_SEND
 from gateway.relay.context import RelayContext
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -87,4 +88,5 @@ class RelayJSONResponse(Response):
                 await send_error(ctx.error_shape, error, send)
                 return
         await send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
-        await send({"type": "http.response.body", "body": body})
+        # The body straight to the server once the head went out, as streams do (``SERVER_SEND``).
+        await scope.get(SERVER_SEND, send)({"type": "http.response.body", "body": body})

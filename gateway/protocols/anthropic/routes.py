@@ -13,11 +13,11 @@ aborts the engine's generation. Every error leaves in Anthropic's envelope (``er
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
 from gateway.engines.routing import RouteHints
+from gateway.http.body import read_body
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
@@ -37,7 +37,7 @@ class AnthropicMessages:
         self.core = core
 
     async def _prepare(self, scope: Scope, receive: Receive, *, count_only: bool) -> tuple[dict, bytes, RouteHints]:
-        raw = await Request(scope, receive).body()
+        raw = await read_body(receive)
         payload = json_object(raw)
         model = expect_str(payload, "model", required=True)
         expect_list(payload, "messages", required=True)

@@ -32,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
 from gateway.engines.errors import EngineTimeout
+from gateway.http.body import read_body
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import table
@@ -59,17 +60,17 @@ class OpenAIRelay:
     async def relay(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one POST to a completions route (the route's path is the engine's)."""
         core = self.core
-        request = Request(scope, receive)
-        raw = await request.body()
+        raw = await read_body(receive)
         path = scope["route"].path
         payload = parse_body(raw)
         ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
         response: Response
         resume_from = None
-        # Headers and query parameters parsed only when a resume may be asked for (a Starlette
-        # Headers and QueryParams per request were a measurable part of a non-streamed one).
+        # A Request (its Headers and QueryParams) built only when a resume may be asked for:
+        # they were a measurable part of a non-streamed request.
         asks_resume = scope["query_string"] or _has_header(scope["headers"], b"last-event-id")
         if path == CHAT_PATH and asks_resume:
+            request = Request(scope, receive)
             resume_from = resume_value(request.headers, request.query_params)
         if resume_from is not None and core.streams.resumable:
             # The same POST with Last-Event-ID: a replay from the session's log, no engine needed.

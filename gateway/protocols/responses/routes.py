@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
 from gateway.http.admission import too_many_requests
+from gateway.http.body import read_body
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.middleware import SERVER_SEND
 from gateway.http.raw_routes import RawRoute
@@ -70,7 +71,7 @@ class ResponsesAPI:
 
     # --- create -------------------------------------------------------------------------------
     async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        payload = read_request(await Request(scope, receive).body())
+        payload = read_request(await read_body(receive))
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()

@@ -23,7 +23,6 @@ from gateway.engines.errors import (
 )
 from gateway.engines.fleet import Fleet
 
-
 # How long the end of a body may lag behind the protocol's terminal event (``reach_end``).
 END_OF_BODY_SECONDS = 0.5
 
@@ -83,7 +82,7 @@ class EngineStream:
         try:
             async with asyncio.timeout(END_OF_BODY_SECONDS):
                 more = await self._read()
-        except (asyncio.TimeoutError, *self.errors):
+        except (TimeoutError, *self.errors):
             more = None
         if more != b"":
             self.close()

@@ -80,7 +80,9 @@ class GatewayApp(FastAPI):
         # Starlette's own __call__ would send them; with one, FastAPI's path is kept.
         if scope["type"] == "http":
             if self._direct is None:
-                self._direct = not self.root_path and not self._native_telemetry.enabled()
+                # (A FastAPI without this private member keeps its own path: nothing is assumed.)
+                telemetry = getattr(self, "_native_telemetry", None)
+                self._direct = not self.root_path and telemetry is not None and not telemetry.enabled()
             if self._direct:
                 scope["app"] = self
                 if self.middleware_stack is None:

@@ -205,6 +205,9 @@ class GatewayMiddleware:
                 })
             request_id_var.reset(token)
             serving_scope.reset(scope_token)
+            # The server's send is a method of the object that holds this scope: left in it, the
+            # pair would be a reference cycle that outlives every request until a full collection.
+            del scope[SERVER_SEND]
 
     def _authenticate(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
         if not self.keyring.enabled:

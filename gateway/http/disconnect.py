@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from starlette.types import Receive
 
 
-def _nobody() -> None:
+def nobody() -> None:
+    """A callback that does nothing (a watcher's after it stopped, or while a leave is only noticed)."""
     return None
 
 
@@ -65,7 +66,7 @@ class DisconnectWatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.on_disconnect = _nobody
+        self.on_disconnect = nobody
         self._on_tick = None
 
     async def _watch(self) -> None:

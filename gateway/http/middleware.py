@@ -207,7 +207,7 @@ class GatewayMiddleware:
             serving_scope.reset(scope_token)
             # The server's send is a method of the object that holds this scope: left in it, the
             # pair would be a reference cycle that outlives every request until a full collection.
-            del scope[SERVER_SEND]
+            scope.pop(SERVER_SEND, None)
 
     def _authenticate(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
         if not self.keyring.enabled:

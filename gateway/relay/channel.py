@@ -14,13 +14,9 @@ from collections.abc import Callable
 
 from starlette.types import Receive, Send
 
-from gateway.http.disconnect import DisconnectWatcher
+from gateway.http.disconnect import DisconnectWatcher, nobody
 from gateway.http.middleware import SERVER_SEND
 from gateway.relay.sse import KEEPALIVE_FRAME, SSE_HEADERS
-
-
-def _nothing() -> None:
-    return None
 
 
 class ClientChannel:
@@ -57,7 +53,7 @@ class ClientChannel:
     def ignore_leaving(self) -> None:
         """Keep noticing a disconnect (``gone``) but call nobody."""
         if self._watcher is not None:
-            self._watcher.on_disconnect = _nothing
+            self._watcher.on_disconnect = nobody
 
     async def start(self, extra_headers: list[tuple[bytes, bytes]] = ()) -> None:
         """Send the SSE response head."""

@@ -1,7 +1,7 @@
 """Served requests leave no reference cycles: what a request held is freed when it ends.
 
-A cycle among a request's objects (its channel and disconnect watcher, its generation and
-task, the server's send kept in the scope it owns) outlives the request until a full
+A cycle among a request's objects (its channel and disconnect watcher, which held the
+request's task and callbacks; the server's send kept in the scope it owns) outlives the request until a full
 garbage collection, which then walks every live object of the process: at 256 concurrent
 streams such collections took ~70 ms each and delayed every stream's first token. With
 the collector off and every unreachable object kept (``DEBUG_SAVEALL``), nothing of a

@@ -3,8 +3,9 @@
 //
 // - The page names the session (session_id in the body), so the gateway keeps generating when
 //   the connection drops (for CANCEL_AFTER_DISCONNECT_SECONDS) and the answer can be resumed.
-// - After every network read, the answer so far and the id of the last event it contains
-//   (`<session_id>:<index>`) are saved together, as one value, in sessionStorage. A reload
+// - While it streams, the answer so far and the id of the last event it contains
+//   (`<session_id>:<index>`) are saved together, as one value, in sessionStorage: at most every
+//   SAVE_EVERY_MS, and at once when the page is hidden or the response ends. A reload
 //   resumes with GET /v1/sessions/{id}/events and `Last-Event-ID: <that id>`: the gateway
 //   sends exactly the events after it, so no text is repeated or missing.
 // - Stop calls POST /v1/cancel/{id}; vLLM aborts the generation and the stream ends with a
@@ -22,6 +23,12 @@ import { readJson, writeJson } from "./storage.js";
 const STATE_KEY = "stack-playground.chat";  // sessionStorage: this tab's conversation
 const SETTINGS_KEY = "stack-playground.chat-settings";  // localStorage: the form's values
 const AUTO_RESUMES = 3;  // reconnections after a dropped stream before asking the user
+// Saving and drawing once per network read made each read cost the whole answer so far (a JSON
+// copy of it into sessionStorage, the text node replaced): a long answer fell seconds behind
+// the stream and the page stopped answering clicks. Saves are coalesced to SAVE_EVERY_MS, and
+// the text grows every DRAW_EVERY_MS by what arrived since the last time.
+const SAVE_EVERY_MS = 250;
+const DRAW_EVERY_MS = 50;
 // Body fields the page writes itself; the rest can be added as extra fields (vLLM's top_k,
 // seed, stop, ignore_eos, ...), which the gateway forwards untouched.
 const SESSIONS_OFF = Symbol("the gateway keeps no sessions");
@@ -56,6 +63,9 @@ export function initChat() {
   let liveText = null;  // the text node of the answer being streamed
   let sessionsOff = false;  // the gateway said it keeps no sessions (SESSION_STORE=off)
   let connection = null;  // AbortController of the response being read
+  let shown = 0;  // characters of the live answer already in liveText
+  let drawQueued = false;  // a timer will append what arrived
+  let saveTimer = null;  // a save is due within SAVE_EVERY_MS
 
   const saved = readJson("local", SETTINGS_KEY, {});
   if (typeof saved.system === "string") system.value = saved.system;
@@ -63,10 +73,19 @@ export function initChat() {
   if (saved.max_tokens !== undefined) maxTokens.value = saved.max_tokens;
   if (typeof saved.extra === "string") extra.value = saved.extra;
 
-  window.addEventListener("pagehide", () => { leaving = true; });
+  window.addEventListener("pagehide", () => {
+    leaving = true;
+    save();  // what arrived since the last coalesced save: a reload resumes from there
+  });
 
   function save() {
+    clearTimeout(saveTimer);
+    saveTimer = null;
     writeJson("session", STATE_KEY, state);
+  }
+
+  function saveSoon() {
+    saveTimer ??= setTimeout(save, SAVE_EVERY_MS);
   }
 
   function saveSettings() {
@@ -93,6 +112,7 @@ export function initChat() {
     if (state.live) {
       const item = messageItem({ role: "assistant", content: state.live.text, live: true });
       liveText = item.querySelector(".text");
+      shown = state.live.text.length;
       transcript.append(item);
     }
     empty.hidden = transcript.childElementCount > 0;
@@ -267,12 +287,8 @@ export function initChat() {
             break;
           }
         }
-        save();
-        if (liveText) {
-          const following = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 40;
-          liveText.textContent = live.text;
-          if (following) transcript.scrollTop = transcript.scrollHeight;  // keep the end in view
-        }
+        saveSoon();
+        drawSoon();
         if (live.firstTokenAt && !announced && !live.finishReason) {
           announced = true;  // once: a later message (a refused Stop) must stay readable
           setStatus(status, live.sessionId ? "Streaming…"
@@ -291,6 +307,7 @@ export function initChat() {
     reading = false;
     if (done) return finish();
     if (leaving) return undefined;
+    save();
     // The stream broke before [DONE] (network, proxy, gateway restart): pick it up again.
     if (attempt < AUTO_RESUMES) {
       setStatus(status, "The stream broke off: resuming…");
@@ -299,6 +316,22 @@ export function initChat() {
     setStatus(status, "The stream broke off several times. Resume when the gateway is back.", { error: true });
     updateButtons();
     return undefined;
+  }
+
+  // A timer, not requestAnimationFrame: frames pause in a hidden tab,
+  // and the text would then wait for the end of the answer.
+  function drawSoon() {
+    if (drawQueued || !liveText) return;
+    drawQueued = true;
+    setTimeout(() => {
+      drawQueued = false;
+      const live = state.live;
+      if (!liveText || !live || live.text.length <= shown) return;
+      const following = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 40;
+      liveText.append(live.text.slice(shown));
+      shown = live.text.length;
+      if (following) transcript.scrollTop = transcript.scrollHeight;  // keep the end in view
+    }, DRAW_EVERY_MS);
   }
 
   // One event into the answer; true at [DONE].

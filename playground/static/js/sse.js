@@ -45,13 +45,17 @@ export async function* sseBatches(response) {
 }
 
 // Where the next line ends, or null if the buffer holds no complete line yet. A CR at the very
-// end may be the first half of a CRLF split across two reads: wait for the next read.
+// end may be the first half of a CRLF split across two reads: wait for the next read. One regex
+// search from `from` stops at the first line end: searching for CR and LF separately scanned the
+// rest of the buffer for the one a stream never sends, per line, which made a large read (a
+// browser behind the stream gets hundreds of KB at once) cost its size squared.
+const LINE_END = /\r\n?|\n/g;
+
 function lineEnd(buffer, from) {
-  const lf = buffer.indexOf("\n", from);
-  const cr = buffer.indexOf("\r", from);
-  if (cr >= 0 && (lf < 0 || cr < lf)) {
-    if (cr + 1 >= buffer.length) return null;
-    return { at: cr, next: buffer[cr + 1] === "\n" ? cr + 2 : cr + 1 };
-  }
-  return lf < 0 ? null : { at: lf, next: lf + 1 };
+  LINE_END.lastIndex = from;
+  const match = LINE_END.exec(buffer);
+  if (match === null) return null;
+  const next = match.index + match[0].length;
+  if (match[0] === "\r" && next >= buffer.length) return null;
+  return { at: match.index, next };
 }

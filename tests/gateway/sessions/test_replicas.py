@@ -98,7 +98,10 @@ async def test_cancel_on_one_replica_aborts_the_generation_on_the_other(idle_vll
         generated = await probe.metric(GENERATED) - before
         mine, theirs = await owner, await follower
     assert answer.status_code == 200 and answer.json()["cancelled"] is True
-    assert generated < LONG / 2  # replica A stopped the generation: vLLM aborted it long before the end
+    # Replica A stopped the generation and vLLM aborted it (ignore_eos: it would have made all LONG).
+    # Not "LONG / 2": that bounded how soon the cancel lands, which moves with the machine (in one
+    # fresh-clone run of the suite the abort came at 6,976 of 8,000 tokens, alone it comes at 16-410).
+    assert generated < LONG
     for got in (mine, theirs):
         assert got.events[-2].json["choices"][0]["finish_reason"] == "cancelled"
         assert got.events[-1].done and got.dones == 1

@@ -60,7 +60,7 @@ export function initChat() {
   let state = readJson("session", STATE_KEY, null) ?? { messages: [], live: null };
   let reading = false;  // a stream (or a resume) is being read right now
   let leaving = false;  // the page is being unloaded: a broken read is not an error
-  let liveText = null;  // the text node of the answer being streamed
+  let liveText = null;  // the element holding the text of the answer being streamed
   let sessionsOff = false;  // the gateway said it keeps no sessions (SESSION_STORE=off)
   let connection = null;  // AbortController of the response being read
   let shown = 0;  // characters of the live answer already in liveText

@@ -1,0 +1,105 @@
+"""The engine of the gateway's own database (``DATABASE_URL``): SQLite through aiosqlite, PostgreSQL through asyncpg.
+
+Every call is bounded in time, so a database that is slow or gone costs the features that use
+it a 503 within seconds and never hangs a request or a worker:
+
+- PostgreSQL: connecting gives up after ``DATABASE_TIMEOUT_SECONDS`` (asyncpg waits 60 s by
+  default), waiting for a pooled connection too, and every statement after
+  ``DATABASE_STATEMENT_TIMEOUT_SECONDS`` (asyncpg's command timeout; the migrations, in the
+  background, get longer: ``migrations.runner``). A process keeps at most
+  ``DATABASE_POOL_SIZE`` connections (no overflow), so replicas x workers x pool size is the
+  whole demand on the server's ``max_connections``. Connections are pinged when taken from the
+  pool, so one cut by a database restart is replaced instead of failing the next request.
+- SQLite: WAL journalling (readers never wait for the writer), ``synchronous=NORMAL`` and a
+  busy timeout: a writer waits for another process's transaction (another worker, a replica on
+  the same file, a restarted gateway) at most ``SQLITE_BUSY_TIMEOUT_MS``.
+
+Bound values (names, digests, request bodies) stay out of error messages (``hide_parameters``).
+The marketplace has a factory of its own (a feature cannot import the core's internals, and it
+adds SQL functions); the session store talks to its database directly (aiosqlite, asyncpg).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from gateway.config import Settings, sqlite_database
+
+# A writer waits this long for another one's transaction: a batch of 50,000 lines is written in
+# one transaction, which takes seconds on a slow disk.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """How many connections one process keeps, and how long any one call may take."""
+
+    pool_size: int = 10
+    timeout_seconds: float = 5.0  # connecting, or waiting for a pooled connection
+    statement_timeout_seconds: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EngineLimits:
+        return cls(pool_size=settings.database_pool_size, timeout_seconds=settings.database_timeout_seconds,
+                   statement_timeout_seconds=settings.database_statement_timeout_seconds)
+
+
+def normalize_url(url: str) -> str:
+    """``url`` with the async driver named (``sqlite:///x.db`` -> ``sqlite+aiosqlite:///x.db``)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in _DRIVERS:
+        raise ValueError(f"DATABASE_URL: unsupported database {backend!r} (use sqlite or postgresql)")
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=_DRIVERS[backend])
+    return parsed.render_as_string(hide_password=False)
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL; None for PostgreSQL or an in-memory SQLite."""
+    database = sqlite_database(normalize_url(url))
+    return Path(database) if database is not None else None
+
+
+def _configure_sqlite(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def create_engine(url: str, limits: EngineLimits = EngineLimits(), **kwargs) -> AsyncEngine:
+    """An async engine for ``url`` within ``limits`` (it connects when first used, never here).
+
+    ``kwargs`` go to SQLAlchemy (the migrations pass ``poolclass=NullPool``: one connection, closed after).
+    """
+    url = normalize_url(url)
+    kwargs.setdefault("hide_parameters", True)
+    pooled = "poolclass" not in kwargs
+    if is_sqlite(url):
+        if sqlite_file(url) is None:  # in memory: one connection for the whole engine (SQLAlchemy's StaticPool)
+            pooled = False
+    else:
+        kwargs.setdefault("pool_pre_ping", True)
+        kwargs["connect_args"] = {"timeout": limits.timeout_seconds,
+                                  "command_timeout": limits.statement_timeout_seconds,
+                                  **kwargs.get("connect_args", {})}
+    if pooled:
+        kwargs.setdefault("pool_size", limits.pool_size)
+        kwargs.setdefault("max_overflow", 0)
+        kwargs.setdefault("pool_timeout", limits.timeout_seconds)
+    engine = create_async_engine(url, **kwargs)
+    if is_sqlite(url):
+        event.listen(engine.sync_engine, "connect", _configure_sqlite)
+    return engine

@@ -18,13 +18,17 @@
 #                           CPU: embedded]
 #   SERVED_MODEL_NAME       name clients use [qwen3-embedded for the embedded model, else MODEL]
 #   MODEL_ALIASES           extra served names, comma-separated []
-#   MAX_MODEL_LEN           context length [8192 embedded, 32768 for the GPU default, else the
+#   MAX_MODEL_LEN           context length [65536 embedded, 32768 for the GPU default, else the
 #                           model's own]
 #   GPU_MEMORY_UTILIZATION  fraction of GPU memory vLLM may take [0.90] (GPU only)
 #   TENSOR_PARALLEL_SIZE    GPUs per model [1]
 #   ENABLE_PREFIX_CACHING   true/false [true]
 #   ENABLE_TOOL_CALLS       --enable-auto-tool-choice with TOOL_CALL_PARSER [true]
 #   TOOL_CALL_PARSER        [hermes] (Qwen's tool-call format)
+#   ENGINE_SCHEDULING_POLICY  fcfs or priority [fcfs]: priority runs vLLM's priority scheduler
+#                           (a request's lower `priority` value is served first); the gateway then
+#                           needs FLOW_ENGINE_PRIORITY=true so requests carry their band's priority
+#                           (docs/flow-control.md)
 #   DTYPE                   [bfloat16 on CPU, auto on GPU]
 #   VLLM_API_KEY            shared secret with the gateway; empty = no auth [empty]
 #   VLLM_HOST / VLLM_PORT   where the engine listens [127.0.0.1 / 8001]
@@ -83,6 +87,7 @@ ENGINE_START_TIMEOUT="${ENGINE_START_TIMEOUT:-600}"
 ENGINE_STOP_TIMEOUT="${ENGINE_STOP_TIMEOUT:-30}"
 ENGINE_DEVICE="${ENGINE_DEVICE:-auto}"
 ENGINE_COUNT="${ENGINE_COUNT:-1}"
+ENGINE_SCHEDULING_POLICY="${ENGINE_SCHEDULING_POLICY:-fcfs}"
 FLEET_ENGINE_LOG="${ENGINE_LOG:-}"  # as given: each engine of a fleet gets its own file next to it
 VPY="$ENGINE_VENV/bin/python"
 
@@ -92,6 +97,8 @@ fi
 [[ "$ENGINE_START_TIMEOUT" =~ ^[0-9]+$ ]] || die "ENGINE_START_TIMEOUT must be whole seconds"
 [[ "$ENGINE_STOP_TIMEOUT" =~ ^[0-9]+$ ]] || die "ENGINE_STOP_TIMEOUT must be whole seconds"
 [[ "$ENGINE_COUNT" =~ ^[1-9][0-9]*$ ]] || die "ENGINE_COUNT must be a whole number of engines (1 or more), got '$ENGINE_COUNT'"
+[[ "$ENGINE_SCHEDULING_POLICY" == fcfs || "$ENGINE_SCHEDULING_POLICY" == priority ]] \
+    || die "ENGINE_SCHEDULING_POLICY must be fcfs or priority, got '$ENGINE_SCHEDULING_POLICY'"
 ((VLLM_PORT + ENGINE_COUNT - 1 <= 65535)) \
     || die "ENGINE_COUNT=$ENGINE_COUNT engines from VLLM_PORT=$VLLM_PORT need ports beyond 65535"
 
@@ -118,7 +125,7 @@ EMBEDDED=0
 if ((EMBEDDED)); then
     MODEL_ARG="$EMBEDDED_MODEL_DIR"
     SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$EMBEDDED_SERVED_NAME}"
-    MAX_MODEL_LEN="${MAX_MODEL_LEN:-8192}"
+    MAX_MODEL_LEN="${MAX_MODEL_LEN:-65536}"  # coding agents send 17k-33k-token prompts (engine/build_embedded_model.py)
 else
     MODEL_ARG="$MODEL"
     SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-$MODEL}"
@@ -217,6 +224,7 @@ args=(-m vllm.entrypoints.openai.api_server
     --host "$VLLM_HOST" --port "$VLLM_PORT"
     --tensor-parallel-size "${TENSOR_PARALLEL_SIZE:-1}")
 [[ -n "${MAX_MODEL_LEN:-}" ]] && args+=(--max-model-len "$MAX_MODEL_LEN")
+[[ "$ENGINE_SCHEDULING_POLICY" == priority ]] && args+=(--scheduling-policy priority)
 if is_true "${ENABLE_PREFIX_CACHING:-true}"; then
     args+=(--enable-prefix-caching)
 else

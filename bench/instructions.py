@@ -1,26 +1,32 @@
 """Instructions per request, counted by valgrind: a relay's cost that no other work on the machine changes.
 
     python -m bench.instructions [--requests 40] [--concurrency 4] [--variants off sqlite]
-                                 [--baseline-tree DIR] [--out bench/results/instructions.md]
+                                 [--baseline-tree DIR] [--no-nginx] [--idle] [--out bench/results/instructions.md]
 
 CPU time per request (bench.run) moves with whatever else the machine runs; the number of
-instructions a process executes for the same work does not. Each server under test (the
-bare aiohttp relay, the gateway per SESSION_STORE variant, and with ``--baseline-tree`` the
-gateway of another checkout) runs under ``valgrind --tool=callgrind`` in front of the fast
-fake upstream; after a warm-up the counters are zeroed, a fixed number of requests is sent
-(streamed: 256 chunks; non-streamed: 16 tokens), and the dump's total is divided by them.
+instructions a process executes for the same work does not. Each server under test (the bare
+aiohttp relay, nginx (bench/nginx.py, as one process: ``master_process off``), the gateway per
+SESSION_STORE variant, and with ``--baseline-tree`` the gateway of another checkout) runs under
+``valgrind --tool=callgrind`` in front of the fast fake upstream; after a warm-up the counters
+are zeroed, a fixed number of requests is sent (streamed: 256 chunks; non-streamed: 16 tokens),
+and the dump's total is divided by them.
 Ratios against the bare relay are what to read (valgrind counts the interpreter too).
 
 Valgrind slows Python about 50 times, so what the gateway does by the clock (session
 writes, every ``SESSION_FLUSH_INTERVAL``; its looks at the engines, every
 ``ENGINE_POLL_INTERVAL`` and ``ENGINE_METRICS_INTERVAL``) would be done 50 times as often per
 request; the servers run with those intervals stretched by the same factor (``--slowdown``).
+Not every clock can be stretched (the key cache's poll of the key store is capped at 0.5 s by
+its setting's bound), so with ``--idle`` each scenario is followed by the same time without
+requests, counted the same way, and the report also gives the figures net of that idle rate:
+what a request costs beyond what the server does anyway in the time it takes under valgrind.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -32,6 +38,8 @@ from pathlib import Path
 import aiohttp
 
 from bench.machine import REPO_ROOT
+from bench.nginx import NAME as NGINX
+from bench.nginx import nginx_binary, render_config
 from bench.procs import PYTHON, free_port, start_fake_upstream, stop_server
 
 API_KEY = "bench-key-not-a-secret"
@@ -40,7 +48,13 @@ MODEL = "fake-model"
 STARTUP_TIMEOUT = 1200.0  # Python under valgrind starts about 50x slower (migrations included)
 
 
-def server_argv(name: str, port: int, upstream: str) -> list[str]:
+def server_argv(name: str, port: int, upstream: str, tmp: Path) -> list[str]:
+    if name == NGINX:
+        prefix = tmp / f"nginx-{port}"
+        prefix.mkdir(parents=True, exist_ok=True)
+        (prefix / "nginx.conf").write_text(render_config(upstream_url=upstream, port=port, prefix=prefix,
+                                                         single_process=True))
+        return [nginx_binary(), "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr"]
     if name == "bare-relay":
         return [PYTHON, "-m", "bench.relay_servers", "--client", "aiohttp", "--upstream", upstream, "--port", str(port)]
     return [PYTHON, "-m", "gateway"]
@@ -117,6 +131,20 @@ def control(command: str, pid: int, env: dict[str, str]) -> None:
         raise RuntimeError(f"callgrind_control {command} failed: {done.stdout} {done.stderr}")
 
 
+async def control_awake(command: str, pid: int, url: str, env: dict[str, str]) -> None:
+    """``control`` while the server is woken with small requests: valgrind acts on the command
+    only when the process runs, and an idle nginx worker sleeps in epoll_wait until traffic comes
+    (the Python servers' timers wake them anyway)."""
+    done = asyncio.ensure_future(asyncio.to_thread(control, command, pid, env))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        while not done.done():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url + "/health") as response:
+                    await response.read()
+            await asyncio.wait([done], timeout=0.5)
+    await done
+
+
 async def dump_counters(pid: int, url: str, directory: Path, prefix: str, env: dict[str, str]) -> Path:
     """Ask callgrind for a dump of ``pid``; the file it wrote (``prefix`` or ``prefix.N``).
 
@@ -132,7 +160,7 @@ async def dump_counters(pid: int, url: str, directory: Path, prefix: str, env: d
         now = files()
         return [p for p, seen in now.items() if seen[1] > 0 and before.get(p) != seen]
 
-    control("-d", pid, env)
+    await control_awake("-d", pid, url, env)
     deadline = time.monotonic() + 300
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         while not written():
@@ -158,11 +186,11 @@ def callgrind_total(dump: Path) -> int:
 
 
 async def measure(name: str, *, upstream: str, tmp: Path, baseline: Path | None, requests: int,
-                  concurrency: int, slowdown: float) -> dict:
+                  concurrency: int, slowdown: float, idle: bool = False) -> dict:
     port = free_port()
     out = tmp / f"callgrind.{name.replace('@', '-')}"
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", "--dump-instr=no",
-            *server_argv(name, port, upstream)]
+            *server_argv(name, port, upstream, tmp)]
     log = open(tmp / f"{name}.log", "wb")
     env = server_env(name, port, upstream, tmp, baseline, slowdown)
     process = subprocess.Popen(argv, cwd=str(REPO_ROOT) if name == "bare-relay" else str(tmp), env=env,
@@ -171,13 +199,29 @@ async def measure(name: str, *, upstream: str, tmp: Path, baseline: Path | None,
     figures = {}
     try:
         await wait_up(url, time.monotonic() + STARTUP_TIMEOUT)
+        worker = process.pid
         for stream in (False, True):
             await load(url, stream=stream, requests=max(4, concurrency), concurrency=concurrency)  # warm-up
-            control("-z", process.pid, env)
+            await control_awake("-z", worker, url, env)
+            began = time.monotonic()
             completed = await load(url, stream=stream, requests=requests, concurrency=concurrency)
-            dump = await dump_counters(process.pid, url, tmp, f"{out.name}.{process.pid}", env)
-            figures["stream" if stream else "non-stream"] = {
-                "completed": completed, "instructions_per_request": callgrind_total(dump) / max(1, completed)}
+            seconds = time.monotonic() - began
+            dump = await dump_counters(worker, url, tmp, f"{out.name}.{worker}", env)
+            total = callgrind_total(dump)
+            figure = {"completed": completed, "instructions_per_request": total / max(1, completed),
+                      "seconds": seconds}
+            if idle:  # the same time again without requests: the server's clock-driven work alone
+                await control_awake("-z", worker, url, env)
+                await asyncio.sleep(seconds)
+                idle_total = callgrind_total(await dump_counters(worker, url, tmp, f"{out.name}.{worker}", env))
+                figure["idle_instructions"] = idle_total
+                figure["net_instructions_per_request"] = (total - idle_total) / max(1, completed)
+            figures["stream" if stream else "non-stream"] = figure
+    except BaseException:
+        log.flush()
+        tail = (tmp / f"{name}.log").read_text(errors="replace").splitlines()[-30:]
+        print(f"{name} failed (exit code {process.poll()}); its log ends:", *tail, sep="\n", flush=True)
+        raise
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -203,6 +247,23 @@ def report(results: dict[str, dict], *, requests: int, concurrency: int) -> str:
             row.append("-" if value is None else f"{value / 1e6:.2f}")
             row.append("-" if not value or not reference else f"{value / reference:.2f}x")
         lines.append("| " + " | ".join(row) + " |")
+    if any("net_instructions_per_request" in figure for figures in results.values() for figure in figures.values()):
+        lines += ["", "Net of the idle rate (`--idle`: each scenario's time again without requests, counted and "
+                  "subtracted):", "",
+                  "| server | non-streamed Minstr/req | ratio | streamed Minstr/req | ratio "
+                  "| idle Minstr per scenario |",
+                  "|---|---|---|---|---|---|"]
+        for name, figures in results.items():
+            row = [name]
+            for scenario in ("non-stream", "stream"):
+                value = figures.get(scenario, {}).get("net_instructions_per_request")
+                reference = bare.get(scenario, {}).get("net_instructions_per_request")
+                row.append("-" if value is None else f"{value / 1e6:.2f}")
+                row.append("-" if not value or not reference else f"{value / reference:.2f}x")
+            idles = [f"{figures[s]['idle_instructions'] / 1e6:.2f}" for s in ("non-stream", "stream")
+                     if "idle_instructions" in figures.get(s, {})]
+            row.append(" / ".join(idles) or "-")
+            lines.append("| " + " | ".join(row) + " |")
     failed = [f"{name} {scenario} ({requests - figures[scenario]['completed']} of {requests})"
               for name, figures in results.items() for scenario in figures
               if figures[scenario]["completed"] < requests]
@@ -214,7 +275,7 @@ def report(results: dict[str, dict], *, requests: int, concurrency: int) -> str:
 async def main_async(args: argparse.Namespace) -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    names = ["bare-relay", *args.variants]
+    names = ["bare-relay", *([] if args.no_nginx else [NGINX]), *args.variants]
     if args.baseline_tree is not None:
         names += [f"{v}@base" for v in args.variants]
     with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp_name:
@@ -226,7 +287,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"--- {name}", flush=True)
                 results[name] = await measure(name, upstream=upstream.base_url, tmp=tmp,
                                               baseline=args.baseline_tree, requests=args.requests,
-                                              concurrency=args.concurrency, slowdown=args.slowdown)
+                                              concurrency=args.concurrency, slowdown=args.slowdown,
+                                              idle=args.idle)
                 print(f"  {results[name]}", flush=True)
         finally:
             await stop_server(upstream)
@@ -249,8 +311,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--variants", nargs="+", default=["off", "sqlite"])
     parser.add_argument("--baseline-tree", type=Path)
+    parser.add_argument("--no-nginx", action="store_true", help="leave nginx out (it needs scripts/install_nginx.sh)")
     parser.add_argument("--slowdown", type=float, default=50.0,
                         help="how much slower Python runs under valgrind: clock-batched work is stretched by it")
+    parser.add_argument("--idle", action="store_true",
+                        help="also count each scenario's time without requests and report the figures net of it")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "instructions.md")
     args = parser.parse_args(argv)
     if args.baseline_tree is not None:

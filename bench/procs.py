@@ -97,14 +97,40 @@ class ServerProcess:
             self._psutil = psutil.Process(self.pid)
         return self._psutil
 
+    def _tree(self) -> list[psutil.Process]:
+        # A server may work in child processes (nginx's worker, granian's): they count as its own.
+        main = self.stats()
+        try:
+            return [main, *main.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return [main]
+
+    def _tree_cpu(self) -> float:
+        total = 0.0
+        for process in self._tree():
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    def _tree_rss(self) -> int:
+        total = 0
+        for process in self._tree():
+            try:
+                total += process.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
     async def cpu_seconds(self) -> float:
-        """User + system CPU time used so far."""
-        times = await asyncio.to_thread(self.stats().cpu_times)
-        return times.user + times.system
+        """User + system CPU time used so far, by the process and its children."""
+        return await asyncio.to_thread(self._tree_cpu)
 
     async def rss_bytes(self) -> int:
-        """Resident set size right now."""
-        return (await asyncio.to_thread(self.stats().memory_info)).rss
+        """Resident set size right now, of the process and its children."""
+        return await asyncio.to_thread(self._tree_rss)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -19,11 +19,11 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import bench.run
+import bench.contenders
+from bench.contenders import AUTH_HEADERS, BASELINE, FAKE_MODEL, VARIANTS, start_gateway
 from bench.loadgen import Scenario, run_load
 from bench.machine import REPO_ROOT
 from bench.procs import Pinning, boost_priority, raise_fd_limit, start_fake_upstream, stop_server
-from bench.run import AUTH_HEADERS, BASELINE, FAKE_MODEL, VARIANTS, start_gateway
 
 OUT_DIR = Path(__file__).resolve().parent / "results" / "tmp"
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline-tree", type=Path, help="profile the gateway of this checkout instead")
     args = parser.parse_args(argv)
     if args.baseline_tree is not None:
-        bench.run.BASELINE_TREE = args.baseline_tree.resolve()
+        bench.contenders.BASELINE_TREE = args.baseline_tree.resolve()
     raise_fd_limit()
     boost_priority(-10)
     OUT_DIR.mkdir(parents=True, exist_ok=True)

@@ -6,15 +6,8 @@ from pathlib import Path
 
 import orjson
 
+from bench.contenders import BARE_RELAY, display_name
 from bench.rounds import DIRECT
-
-VARIANT_NAMES = {
-    "off": "plain relay",
-    "memory": "sessions, in-memory store",
-    "sqlite": "sessions, SQLite",
-    "postgres": "sessions, PostgreSQL",
-    "bare-relay": "bare aiohttp relay (reference)",
-}
 
 
 def _f(value: float | None, spec: str = ".2f", sign: bool = False) -> str:
@@ -37,7 +30,7 @@ def _scenario_rows(results: dict) -> list[str]:
             m = target["median"]
             v = target.get("vs_direct", {})
             streaming = block["scenario"]["stream"]
-            label = "direct" if name == DIRECT else VARIANT_NAMES.get(name, name)
+            label = "direct" if name == DIRECT else display_name(name)
             lines.append(
                 f"| {key} | {label} | {m['rps']:.0f} | "
                 f"{_f(v.get('rps_ratio')) if v else '1.00'} | {_f(m['latency_p50_ms'])} | "
@@ -54,9 +47,15 @@ def _scenario_rows(results: dict) -> list[str]:
     return lines
 
 
+def _ok(results: dict) -> list[str]:
+    """The contenders that started: gateway variants, then the references."""
+    everyone = {**results["variants"], **results.get("references", {})}
+    return [name for name, status in everyone.items() if status["status"] == "ok"]
+
+
 def _target_rows(results: dict) -> list[str]:
-    variants = [v for v in results["variants"] if results["variants"][v]["status"] == "ok"]
-    header = "| target | " + " | ".join(VARIANT_NAMES.get(v, v) for v in variants) + " |"
+    variants = _ok(results)
+    header = "| target | " + " | ".join(display_name(v) for v in variants) + " |"
     lines = ["Bold: the variant the issue states the target for; the other columns show how "
              "the same figure fares with the other variants.", "", header,
              "|---|" + "---:|" * len(variants)]
@@ -74,17 +73,62 @@ def _target_rows(results: dict) -> list[str]:
     return lines
 
 
+def _comparison(row: dict, comparison: dict | None) -> str:
+    if comparison is None or comparison["median"] is None:
+        return "n/a"
+    if row["compare"] == "difference":
+        return (f"{comparison['median']:+.2f} ms ({comparison['low']:+.2f} to "
+                f"{comparison['high']:+.2f})")
+    return f"{comparison['median']:.2f}x ({comparison['low']:.2f}-{comparison['high']:.2f})"
+
+
+def _relative_rows(results: dict) -> list[str]:
+    rows = results.get("relative_targets") or []
+    names = [n for n in _ok(results) if any(n in row["by_name"] for row in rows)]
+    if not rows or not names:
+        return ["Not measured (needs the nonstream-c1, nonstream-c32 and stream-c32 scenarios)."]
+    default = results.get("default_variant")
+    lines = ["Each cell: the figure (median of rounds), then the comparison with the bare relay "
+             "taken round by round (median, lowest-highest round), and whether the bound is met. "
+             f"Bold: the gateway with its default settings ({display_name(default)}).", "",
+             "| target | " + " | ".join(display_name(n) for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for row in rows:
+        cells = []
+        for name in names:
+            entry = row["by_name"].get(name)
+            if entry is None or entry["figure"] is None:
+                cells.append("n/a")
+                continue
+            text = f"{entry['figure']:.2f}{row['unit']}"
+            if name != BARE_RELAY:
+                verdict = {True: "met", False: "missed", None: "n/a"}[entry["passed"]]
+                text += f"; {_comparison(row, entry['vs_bare_relay'])}: {verdict}"
+            cells.append(f"**{text}**" if name == default else text)
+        lines.append(f"| {row['target']} | " + " | ".join(cells) + " |")
+    lines += ["", "The same figures against nginx, round by round (no bound; how far from a "
+              "compiled relay):", "",
+              "| figure vs nginx | " + " | ".join(display_name(n) for n in names if n != "nginx")
+              + " |", "|---|" + "---:|" * len([n for n in names if n != "nginx"])]
+    for row in rows:
+        cells = [_comparison(row, (row["by_name"].get(n) or {}).get("vs_nginx"))
+                 for n in names if n != "nginx"]
+        lines.append(f"| {row['target'].split(' <=')[0].split(' >=')[0]} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 def _memory_rows(results: dict) -> list[str]:
     lines = ["| variant | streams | open at once | errors | RSS before MiB | RSS during MiB "
              "| RSS after MiB | per stream KiB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for variant, m in results.get("memory", {}).items():
         if "error" in m:
-            lines.append(f"| {VARIANT_NAMES.get(variant, variant)} | failed: {m['error']} "
+            lines.append(f"| {display_name(variant)} | failed: {m['error']} "
                          "| | | | | | |")
             continue
         per = m["bytes_per_stream"]
         lines.append(
-            f"| {VARIANT_NAMES.get(variant, variant)} | {m['streams']} | "
+            f"| {display_name(variant)} | {m['streams']} | "
             f"{m['open_concurrently']} | {m['errors']} | {m['rss_before_bytes'] / 2**20:.1f} | "
             f"{m['rss_during_bytes'] / 2**20:.1f} | {m['rss_after_bytes'] / 2**20:.1f} | "
             f"{_f(None if per is None else per / 1024, '.1f')} |")
@@ -111,7 +155,7 @@ def _engine_rows(results: dict) -> list[str]:
             continue
         for key, s in block["by_scenario"].items():
             lines.append(
-                f"| {key} | {VARIANT_NAMES.get(variant, variant)} | {s['direct_rps']:.1f} | "
+                f"| {key} | {display_name(variant)} | {s['direct_rps']:.1f} | "
                 f"{s['gateway_rps']:.1f} | {_f(s['rps_ratio'])} | "
                 f"{_f(s['chunks_per_s_ratio'])} | {_f(s['added_p50_ms'], sign=True)} | "
                 f"{_f(s['added_ttft_p50_ms'], sign=True)} | {s['errors']} | "
@@ -122,8 +166,9 @@ def _engine_rows(results: dict) -> list[str]:
 def render_markdown(results: dict) -> str:
     """results.md: how it was measured, the scenario table, targets, memory, engine."""
     info, config = results["machine"], results["config"]
-    failed = [f"- **{VARIANT_NAMES.get(v, v)} ({v}) failed:** `{s.get('error', '')[:300]}`"
-              for v, s in results["variants"].items() if s["status"] != "ok"]
+    everyone = {**results["variants"], **results.get("references", {})}
+    failed = [f"- **{display_name(v)} ({v}) failed:** `{s.get('error', '')[:300]}`"
+              for v, s in everyone.items() if s["status"] != "ok"]
     lines = [
         "# Gateway overhead benchmark",
         "",
@@ -146,6 +191,10 @@ def render_markdown(results: dict) -> str:
         "(high values mark disturbed measurements).",
         "",
         *failed,
+        "",
+        "## Targets against the bare relay (issue 23)",
+        "",
+        *_relative_rows(results),
         "",
         "## Targets (issue 7)",
         "",
@@ -186,7 +235,7 @@ def render_chart(results: dict, path: Path) -> None:
         latency, ratio = axes[0][column], axes[1][column]
         highest = 1.0
         for name in names:
-            label = "direct" if name == DIRECT else VARIANT_NAMES.get(name, name)
+            label = "direct" if name == DIRECT else display_name(name)
             p50 = [b["targets"][name]["median"]["latency_p50_ms"] for b in blocks]
             p99 = [b["targets"][name]["median"]["latency_p99_ms"] for b in blocks]
             line = latency.plot(concurrency, p50, marker="o", label=f"{label} p50")[0]

@@ -1,6 +1,8 @@
 """The benchmark: what the gateway costs compared with calling the upstream directly.
 
-    python -m bench.run [--quick] [--variants off memory sqlite postgres]
+    python -m bench.run [--quick] [--variants off memory sqlite postgres off~noflow ...]
+                        [--servers uvicorn granian uvicorn-h11 hypercorn socketify]
+                        [--references bare-relay nginx]
                         [--engine-url http://127.0.0.1:8001] [--postgres-dsn URL]
                         [--baseline-tree DIR]
 
@@ -8,12 +10,19 @@
 earlier commit), variant by variant, in the same interleaved rounds: ``sqlite@base`` next to
 ``sqlite``, so "before" and "after" are compared in one run on one machine state.
 
-Starts the fast fake upstream and one gateway per variant (subprocesses on free ports,
-pinned to cores when there are two or more), runs interleaved rounds (direct, each variant,
-direct, ...) at each concurrency, streaming and not, then holds many concurrent streams
-open through a fresh gateway per variant to measure memory, and (with --engine-url) compares
-direct and gateway throughput against a real vLLM engine. Writes bench/results/results.json,
-results.md and results.png.
+``--servers`` also serves each variant's gateway app with other ASGI servers
+(``sqlite+granian`` next to ``sqlite``; bench/serve_gateway.py). The references, measured in
+the same rounds, are the bare aiohttp relay (the Python floor) and Debian's nginx, one worker
+(the compiled relay; scripts/install_nginx.sh installs it, and the run refuses to start
+without it unless ``--references`` leaves it out).
+
+Starts the fast fake upstream and one server per contender (bench/contenders.py; subprocesses
+on free ports, pinned to cores when there are two or more), runs interleaved rounds (direct,
+each contender, direct, ...) at each concurrency, streaming and not, then holds many
+concurrent streams open through a fresh server per contender to measure memory, and (with
+--engine-url) compares direct and gateway throughput against a real vLLM engine. Writes
+bench/results/results.json, results.md and results.png, with issue 7's absolute targets and
+issue 23's targets relative to the bare relay (bench/reference_targets.py).
 """
 
 from __future__ import annotations
@@ -29,37 +38,47 @@ from pathlib import Path
 
 import aiohttp
 
+import bench.contenders as contenders
+from bench.contenders import (
+    AUTH_HEADERS,
+    BARE_RELAY,
+    BASELINE,
+    DEFAULT_VARIANT,
+    FAKE_MODEL,
+    NO_FLOW,
+    REFERENCES,
+    VARIANTS,
+    gateway_env,
+    split_name,
+    start_contender,
+    start_gateway,
+    with_servers,
+)
 from bench.cpu import wait_until_quiet
 from bench.engine_probe import EngineCounter
 from bench.engine_proc import confined_engine
 from bench.loadgen import Scenario
 from bench.machine import REPO_ROOT, machine_info
 from bench.memory import measure_open_streams
+from bench.nginx import NAME as NGINX
+from bench.nginx import NginxMissing, nginx_binary
 from bench.postgres import PostgresUnavailable, throwaway_postgres
 from bench.procs import (
-    PYTHON,
     Pinning,
     ServerFailedToStart,
     ServerProcess,
     boost_priority,
-    free_port,
     raise_fd_limit,
     start_fake_upstream,
-    start_server,
     stop_server,
 )
+from bench.reference_targets import evaluate_relative
 from bench.report import write_results
 from bench.rounds import DIRECT, Target, measure_interleaved, summarise_scenario
+from bench.serve_gateway import SERVERS
 from bench.targets import evaluate
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-VARIANTS = ("off", "memory", "sqlite", "postgres")
-# A ~40-line aiohttp relay with no features (bench/relay_servers.py), measured in the same
-# rounds: the floor a Python relay on this machine reaches, next to the gateway's figures.
-REFERENCE = "bare-relay"
-FAKE_MODEL = "fake-model"
-API_KEY = "bench-key-not-a-secret"
-AUTH_HEADERS = {"authorization": f"Bearer {API_KEY}"}
 
 # The real engine: generate the full max_tokens (no early end-of-sequence), and count chunks
 # rather than expect one per token (detokenisation may merge tokens into one chunk).
@@ -106,64 +125,6 @@ class Plan:
                 for stream in (False, True) for c in self.concurrencies]
 
 
-BASELINE = "@base"
-BASELINE_TREE: Path | None = None  # set from --baseline-tree
-
-
-def gateway_env(variant: str, *, upstream_url: str, port: int, tmp: Path,
-                postgres_dsn: str | None) -> dict[str, str]:
-    """The environment of a gateway under test (limits raised to fit the benchmark's load).
-
-    ``variant`` is a SESSION_STORE value, with ``@base`` for the gateway of the baseline tree.
-    """
-    variant, _, base = variant.partition("@")
-    env = {
-        "VLLM_BASE_URL": upstream_url,
-        "HOST": "127.0.0.1",
-        "PORT": str(port),
-        "API_KEYS": API_KEY,
-        "SESSION_STORE": variant,
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/marketplace-{variant}-{port}.db",
-        # Admission control stays on; its limits must not be what the benchmark measures.
-        "MAX_INFLIGHT": "4096",
-        "MAX_INFLIGHT_PER_KEY": "4096",
-        "UPSTREAM_MAX_CONNECTIONS": "2048",
-    }
-    if variant == "sqlite":
-        env["SESSIONS_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp}/sessions-{port}.db"
-    elif variant == "postgres" and postgres_dsn:
-        env["SESSIONS_DATABASE_URL"] = postgres_dsn
-    if base:
-        if BASELINE_TREE is None:
-            raise ServerFailedToStart("a baseline variant needs --baseline-tree")
-        env["PYTHONPATH"] = str(BASELINE_TREE)  # its gateway and marketplace packages win over ours
-    return env
-
-
-async def start_gateway(variant: str, *, upstream_url: str, tmp: Path, log_dir: Path,
-                        cores: frozenset[int] | None, postgres_dsn: str | None,
-                        name: str | None = None) -> ServerProcess:
-    """``python -m gateway`` for one variant, healthy, or ServerFailedToStart."""
-    if variant.partition("@")[0] == "postgres" and not postgres_dsn:
-        raise ServerFailedToStart("no PostgreSQL available (see the postgres variant's error)")
-    port = free_port()
-    env = gateway_env(variant, upstream_url=upstream_url, port=port, tmp=tmp,
-                      postgres_dsn=postgres_dsn)
-    return await start_server(name=name or f"gateway-{variant}", argv=[PYTHON, "-m", "gateway"],
-                              port=port, log_dir=log_dir, env=env, cores=cores, cwd=str(tmp),
-                              startup_timeout=60)
-
-
-async def start_reference_relay(*, upstream_url: str, log_dir: Path,
-                                cores: frozenset[int] | None) -> ServerProcess:
-    """The bare aiohttp relay, pinned like the gateway."""
-    port = free_port()
-    argv = [PYTHON, "-m", "bench.relay_servers", "--client", "aiohttp",
-            "--upstream", upstream_url, "--port", str(port)]
-    return await start_server(name=REFERENCE, argv=argv, port=port, log_dir=log_dir, cores=cores,
-                              cwd=str(RESULTS_DIR.parent.parent))
-
-
 def _print_round(round_index: int, name: str, result: dict) -> None:
     ttft = result["ttft_p50_ms"]
     print(f"  round {round_index + 1} {name:9s} {result['rps']:9.1f} req/s  "
@@ -187,27 +148,23 @@ def _percent(share: float | None) -> str:
 
 async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pinning,
                                 tmp: Path, postgres_dsn: str | None,
-                                status: dict[str, dict], companions: dict | None = None,
-                                reference: bool = True) -> dict:
-    """Interleaved direct/gateway rounds for every scenario; the variants' start-up status."""
+                                status: dict[str, dict], companions: dict | None = None) -> dict:
+    """Interleaved direct/contender rounds for every scenario; each contender's start-up status.
+
+    ``variants``: every contender's name (gateway variants and references, bench/contenders.py).
+    """
     upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores)
     gateways: dict[str, ServerProcess] = {}
     try:
         for variant in variants:
             try:
-                gateways[variant] = await start_gateway(
-                    variant, upstream_url=upstream.base_url, tmp=tmp, log_dir=tmp,
+                gateways[variant] = await start_contender(
+                    variant, upstream_url=upstream.base_url, tmp=tmp,
                     cores=pinning.server_cores, postgres_dsn=postgres_dsn)
                 status[variant] = {"status": "ok"}
-            except ServerFailedToStart as error:
+            except (ServerFailedToStart, NginxMissing) as error:
                 status[variant] = {"status": "failed", "error": str(error)}
-                print(f"gateway variant {variant} failed to start:\n{error}", flush=True)
-        if reference:
-            try:
-                gateways[REFERENCE] = await start_reference_relay(
-                    upstream_url=upstream.base_url, log_dir=tmp, cores=pinning.server_cores)
-            except ServerFailedToStart as error:
-                print(f"reference relay failed to start:\n{error}", flush=True)
+                print(f"{variant} failed to start:\n{error}", flush=True)
         targets = [Target(DIRECT, upstream.base_url, headers=AUTH_HEADERS)] + [
             Target(variant, gateway.base_url, gateway, headers=AUTH_HEADERS,
                    companions=(companions or {}).get(variant, ()))
@@ -224,7 +181,7 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
                                                           "mode": scenario.mode},
                                              "targets": summarise_scenario(raw)}
         for variant, gateway in gateways.items():
-            if variant != REFERENCE and gateway.process.returncode is not None:
+            if gateway.process.returncode is not None:
                 status[variant] = {"status": "failed",
                                    "error": f"exited with {gateway.process.returncode} during "
                                             f"the run:\n{gateway.log_tail()}"}
@@ -236,7 +193,7 @@ async def measure_fake_upstream(*, plan: Plan, variants: list[str], pinning: Pin
 
 async def measure_memory(*, plan: Plan, variants: list[str], pinning: Pinning, tmp: Path,
                          postgres_dsn: str | None) -> dict:
-    """RSS of a fresh gateway per variant while it holds ``memory_streams`` open streams."""
+    """RSS of a fresh server per contender while it holds ``memory_streams`` open streams."""
     upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores,
                                          chunk_delay=plan.memory_chunk_delay,
                                          name="fake-upstream-slow")
@@ -245,11 +202,11 @@ async def measure_memory(*, plan: Plan, variants: list[str], pinning: Pinning, t
         for variant in variants:
             print(f"--- memory: {plan.memory_streams} open streams, {variant}", flush=True)
             try:
-                gateway = await start_gateway(
-                    variant, upstream_url=upstream.base_url, tmp=tmp, log_dir=tmp,
+                gateway = await start_contender(
+                    variant, upstream_url=upstream.base_url, tmp=tmp,
                     cores=pinning.server_cores, postgres_dsn=postgres_dsn,
-                    name=f"gateway-{variant}-memory")
-            except ServerFailedToStart as error:
+                    process_name=f"{variant}-memory")
+            except (ServerFailedToStart, NginxMissing) as error:
                 results[variant] = {"error": str(error).splitlines()[0]}
                 continue
             try:
@@ -346,6 +303,7 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
     pinning.pin_self()
     print(f"pinning: {pinning.describe()}", flush=True)
     variants = list(args.variants)
+    contenders = variants + list(args.references)
     status: dict[str, dict] = {}
     results: dict = {"pinning": pinning.describe(), "loadavg_start": _loadavg(),
                      "machine_busy_before_start": quiet}
@@ -353,7 +311,7 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
         tmp = Path(tmp_name)
         async with contextlib.AsyncExitStack() as stack:
             postgres_dsn, db_companions = args.postgres_dsn, ()
-            if any(v.partition("@")[0] == "postgres" for v in variants) and not postgres_dsn:
+            if any(split_name(v)[0] == "postgres" for v in variants) and not postgres_dsn:
                 try:
                     cluster = await stack.enter_async_context(throwaway_postgres())
                     postgres_dsn, db_companions = cluster.dsn, (cluster.server,)
@@ -364,12 +322,14 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
                 except PostgresUnavailable as error:
                     status["postgres"] = {"status": "failed", "error": str(error)}
                     print(f"postgres variant unavailable: {error}", flush=True)
-            runnable = [v for v in variants if v not in status]
+            if "postgres" in status:  # every variant on PostgreSQL, whichever server or tree
+                status |= {v: status["postgres"] for v in variants if split_name(v)[0] == "postgres"}
+            runnable = [v for v in contenders if v not in status]
             results["scenarios"] = await measure_fake_upstream(
                 plan=plan, variants=runnable, pinning=pinning, tmp=tmp,
                 postgres_dsn=postgres_dsn, status=status,
-                companions={"postgres": db_companions, "postgres@base": db_companions})
-            healthy = [v for v in variants if status.get(v, {}).get("status") == "ok"]
+                companions={v: db_companions for v in variants if split_name(v)[0] == "postgres"})
+            healthy = [v for v in contenders if status.get(v, {}).get("status") == "ok"]
             results["memory"] = {} if args.skip_memory else await measure_memory(
                 plan=plan, variants=healthy, pinning=pinning, tmp=tmp, postgres_dsn=postgres_dsn)
             engine_variants = [v for v in args.engine_variants if v in healthy]
@@ -395,6 +355,8 @@ async def run(args: argparse.Namespace, plan: Plan) -> dict:
                 _copy_logs(tmp, args.keep_logs)
     results["variants"] = {v: status.get(v, {"status": "failed", "error": "not run"})
                            for v in variants}
+    results["references"] = {r: status.get(r, {"status": "failed", "error": "not run"})
+                             for r in args.references}
     results["loadavg_end"] = _loadavg()
     return results
 
@@ -413,7 +375,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
-                        choices=[*VARIANTS, *(v + BASELINE for v in VARIANTS)])
+                        choices=[*VARIANTS, *(v + BASELINE for v in VARIANTS), *(v + NO_FLOW for v in VARIANTS)])
+    parser.add_argument("--servers", nargs="+", default=["uvicorn"], choices=sorted(SERVERS),
+                        help="also serve each variant's gateway app with these ASGI servers "
+                             "(uvicorn, httptools + uvloop, is today's; others need "
+                             "scripts/install_bench_servers.sh)")
+    parser.add_argument("--server-variants", nargs="+", default=[DEFAULT_VARIANT], choices=VARIANTS,
+                        help="the variants --servers applies to (default: the gateway's default, "
+                             f"{DEFAULT_VARIANT})")
+    parser.add_argument("--references", nargs="*", default=list(REFERENCES), choices=REFERENCES,
+                        help="same-run references (default: the bare aiohttp relay and nginx)")
     parser.add_argument("--engine-url", help="also measure end to end against this vLLM")
     parser.add_argument("--start-engine", action="store_true",
                         help="also measure end to end against an engine of its own (embedded "
@@ -449,12 +420,17 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global BASELINE_TREE
     args = parse_args(argv)
     if args.baseline_tree is not None:
-        BASELINE_TREE = args.baseline_tree.resolve()
+        contenders.BASELINE_TREE = args.baseline_tree.resolve()
         args.variants = [v for variant in args.variants if BASELINE not in variant
                          for v in (variant, variant + BASELINE)]
+    args.variants = with_servers(args.variants, args.servers, only=args.server_variants)
+    if NGINX in args.references:
+        try:
+            nginx_binary()
+        except NginxMissing as error:
+            raise SystemExit(f"{error}; or leave it out with --references {BARE_RELAY}") from None
     plan = build_plan(args)
     fd_limit = raise_fd_limit()
     niceness = boost_priority(args.nice)
@@ -474,8 +450,10 @@ def main(argv: list[str] | None = None) -> None:
                               tmp=Path("/tmp/bench-run"), postgres_dsn=None)},
                **results}
     measured = {name for block in results.get("scenarios", {}).values() for name in block["targets"]}
-    reference = [REFERENCE] if REFERENCE in measured else []
-    results["targets"] = evaluate(results, list(args.variants) + reference)
+    references = [r for r in args.references if r in measured]
+    results["targets"] = evaluate(results, list(args.variants) + references)
+    results["default_variant"] = DEFAULT_VARIANT
+    results["relative_targets"] = evaluate_relative(results, list(args.variants) + references)
     write_results(results, args.out)
     print((args.out / "results.md").read_text())
 

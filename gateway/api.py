@@ -5,12 +5,15 @@ A feature (``marketplace``, ``playground``, ...) is built by its entry point's f
 ``Gateway`` it can call the engine, stream a chat completion to a client through the
 gateway's one streaming path (resumable sessions when they are on), and read the
 generation defaults; its routes use the auth dependencies below, raise ``GatewayError``
-(rendered as ``{"detail": ...}`` outside the OpenAI paths) and may catch the engine errors.
+(rendered as ``{"detail": ...}`` outside the OpenAI paths) and may catch the engine errors
+(``Failure`` is what every error of the gateway is: the engine errors, ``GatewayError``).
 Import-linter keeps features to this module.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 from typing import Protocol
 
 from fastapi import APIRouter
@@ -21,19 +24,42 @@ from starlette.responses import Response
 from gateway.config import Settings, is_loopback, sqlite_database
 from gateway.core import Core
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
-from gateway.http.auth import AppDep, Principal, PrincipalDep, TokenAuthenticator, UserDataDep, WriterDep
+from gateway.failures import Failure
+from gateway.http.auth import (
+    LOCAL_PRINCIPAL,
+    AppDep,
+    KeyRing,
+    Principal,
+    PrincipalDep,
+    TokenAuthenticator,
+    UserDataDep,
+    WriterDep,
+)
+from gateway.http.context import SCOPE_KEY, current_request, request_context
 from gateway.http.errors import GatewayError
 from gateway.protocols.openai.routes import OpenAIRelay
+from gateway.relay.call import CompletionHook
 from gateway.relay.dialect import StreamResult
-from gateway.relay.pump import CompletionHook
-from gateway.sessions.ids import SESSION_ID_MAX, SESSION_ID_PATTERN, SESSION_ID_RULE, is_valid_session_id
+from gateway.relay.metering import MeteredEngines
+from gateway.sessions.ids import (
+    SESSION_ID_MAX,
+    SESSION_ID_PATTERN,
+    SESSION_ID_RULE,
+    ResumePoint,
+    is_valid_session_id,
+    parse_last_event_id,
+    resume_value,
+)
+from gateway.tenancy.errors import NotFound, StoreUnavailable
+from gateway.tenancy.ids import KEY_ID
+from gateway.tenancy.store import KeyStore
 
 __all__ = [
     "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
     "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
-    "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX", "SESSION_ID_PATTERN",
-    "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback", "is_valid_session_id", "request_id",
-    "sqlite_database",
+    "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX",
+    "SESSION_ID_PATTERN", "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback",
+    "ResumePoint", "is_valid_session_id", "last_event_id", "request_id", "resume_point", "sqlite_database",
 ]
 
 
@@ -48,7 +74,7 @@ class Feature(Protocol):
 
     name: str
     settings: BaseSettings    # the feature's own settings (its environment variables)
-    router: APIRouter | None  # its routes, included after the core's
+    router: APIRouter | None  # its routes, included after the gateway's own
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
@@ -56,15 +82,20 @@ class Feature(Protocol):
     def status(self) -> dict:
         """``{"ready": bool, ...}``: whether the feature can serve now (shown under ``features`` in
         ``/health`` and ``/readyz``; a feature that is not ready leaves ``/readyz`` at 200: the
-        core still serves, and the feature answers its own routes meanwhile, with 503s)."""
+        gateway still serves, and the feature answers its own routes meanwhile, with 503s)."""
+
+
+KEY_STORE_TIMEOUT_SECONDS = 1.0  # as the key resolver's: slower counts as down
 
 
 class Gateway:
     """What a feature is given at assembly."""
 
-    def __init__(self, core: Core, openai: OpenAIRelay) -> None:
+    def __init__(self, core: Core, openai: OpenAIRelay, *, key_store: KeyStore | None = None) -> None:
         self._core = core
         self._openai = openai
+        self._key_store = key_store  # the database keys (gateway.tenancy), when the app has them
+        self._keys_for_users: frozenset[str] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -81,21 +112,93 @@ class Gateway:
         """Whether the engine serves a model, as the gateway last saw it (polled every ``ENGINE_POLL_INTERVAL``)."""
         return self._core.engine_state.ready
 
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
-        """POST ``payload`` to the engine's ``path``; its JSON answer, or an ``EngineError``."""
+    async def key_acts_for_users(self, key_id: str) -> bool:
+        """Whether ``key_id`` names a key the gateway accepts now that may act for end users: a
+        configured app or admin key (with no keys configured, the keyless local caller), or a
+        database key of role app or admin that is neither revoked nor expired.
+
+        A feature asks before it honours what such a key issued (the marketplace's end-user
+        tokens), so removing or revoking the key revokes them too. A database key is read from
+        the key store each time (one indexed read; a configured key costs a set look-up); a store
+        that cannot answer within ``KEY_STORE_TIMEOUT_SECONDS`` is a 503, never a guess.
+        """
+        if self._keys_for_users is None:
+            self._keys_for_users = _keys_acting_for_users(self._core.settings)
+        if key_id in self._keys_for_users:
+            return True
+        if self._key_store is None or not KEY_ID.match(key_id):
+            return False
+        try:
+            async with asyncio.timeout(KEY_STORE_TIMEOUT_SECONDS):
+                key = await self._key_store.get_key(key_id)
+        except NotFound:
+            return False
+        except (StoreUnavailable, TimeoutError):
+            raise GatewayError(503, "the key store is unavailable: this key cannot be checked now, retry shortly",
+                               code="key_store_unavailable", headers={"retry-after": "1"}) from None
+        live = key.revoked_at is None and (key.expires_at is None or dt.datetime.now(dt.UTC) < key.expires_at)
+        return live and Principal(key_id=key.id, role=key.role).acts_for_users
+
+    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None,
+                        request: Request | None = None) -> dict:
+        """POST ``payload`` to the engine's ``path``; its JSON answer, or an ``EngineError``.
+
+        ``request``: the request this serves (its id goes to the engine, the wait is its engine
+        time). A feature that passes only ``request_id`` gets the same for the request being
+        served in this task, found by that id (``gateway.http.context.current_request``).
+        """
+        context = request_context(request.scope) if request is not None else current_request()
+        if context is not None and request is None and context.request_id != request_id:
+            context = None  # (a call for another request than the one being served)
+        if context is not None:
+            # Admitted and settled like every inference call: limits, the usage ledger (relay.metering).
+            return await MeteredEngines(self._core.engines, self._core.relay.meter).post_json(path, payload,
+                                                                                                request=context)
         return await self._core.engines.post_json(path, payload, request_id=request_id)
 
+    @property
+    def resumable_streams(self) -> bool:
+        """Whether streams run as resumable sessions (``SESSION_STORE`` other than ``off``)."""
+        return self._core.streams.resumable
+
     async def stream_chat_completion(self, request: Request, payload: dict, *, session_id: str | None = None,
-                                     on_complete: CompletionHook | None = None) -> Response:
+                                     on_complete: CompletionHook | None = None,
+                                     resume_from: str | None = None) -> Response:
         """Stream a chat completion of ``payload`` (an OpenAI request body) to ``request``'s client.
 
+        ``session_id`` names the resumable session (only when ``resumable_streams``; it then
+        survives its client leaving, docs/sessions.md); sessions belong to the calling key.
         ``on_complete`` runs once the generation ended, with its ``StreamResult`` (the text,
         finish reason, usage and how it ended), even when the client left first.
+        ``resume_from``: a ``Last-Event-ID`` (``<session_id>:<index>``, or an index of
+        ``session_id``): the session's events after it are replayed, then followed live; nothing
+        goes to the engine and ``on_complete`` is not run again (404 for an unknown session or
+        another key's, 410, 204 and 400 as on ``/v1/chat/completions``).
         """
         return await self._openai.stream_chat_completion(request.scope, payload, session_id=session_id,
-                                                         on_complete=on_complete)
+                                                         on_complete=on_complete, resume_from=resume_from)
+
+
+def last_event_id(request: Request) -> str | None:
+    """The resume position ``request`` asks for (``Last-Event-ID``, else ``?last_event_id=``), as sent."""
+    return resume_value(request.headers, request.query_params)
+
+
+def resume_point(value: str, *, session_id: str | None = None) -> ResumePoint:
+    """``value`` (a ``Last-Event-ID``) read as a session and an index (a 400 naming ``last_event_id``
+    when malformed; ``session_id``: the session the request names elsewhere, which it must match)."""
+    return parse_last_event_id(value, session_id=session_id)
 
 
 def request_id(request: Request) -> str | None:
     """The gateway's id of the request being served (sent to the engine, logged, returned)."""
-    return request.scope.get("state", {}).get("request_id")
+    context = request.scope.get(SCOPE_KEY)
+    return context.request_id if context is not None else None
+
+
+def _keys_acting_for_users(settings: Settings) -> frozenset[str]:
+    """The key ids of the configured app and admin keys (the middleware's KeyRing, built the same way)."""
+    if not settings.auth_enabled:
+        return frozenset({LOCAL_PRINCIPAL.key_id})
+    ring = KeyRing.from_settings(settings)
+    return frozenset(principal.key_id for _, principal in ring._entries if principal.acts_for_users)

@@ -3,17 +3,18 @@
 ``create_app(settings)`` builds the core from the settings it is given (tests pass their
 own), hands it to the protocols' route factories, and plugs in the features found through
 entry points (``gateway.features``); nothing lives in module globals. The lifespan opens
-the engine client, starts the engine poller, the session manager and the features, and
-closes them in reverse order.
+the engine client, starts the engine poller, the session manager, the response store and the
+features, and closes them in reverse order.
 
 Layers, each importing only from those above it in this list (import-linter checks it):
-``config`` -> ``http`` (plumbing) -> ``engines`` (the engine client and its state) ->
-``relay`` (the streaming core) -> ``core`` -> ``sessions`` -> ``protocols`` -> ``api`` (what
-features may use) -> ``features`` -> ``app``.
+``failures`` -> ``config`` -> ``http`` (plumbing, the request context) -> ``engines`` (the engine
+client and its state) -> ``relay`` (the stream runner, relayed calls) -> ``core`` -> ``sessions``
+-> ``protocols`` -> ``api`` (what features may use) -> ``features`` -> ``app``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -22,22 +23,37 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from gateway.api import Feature, Gateway
+from gateway.batches.service import OfflineJobs
 from gateway.config import Settings
 from gateway.core import Core
+from gateway.database.service import GatewayDatabase
 from gateway.engines.client import EngineClient
 from gateway.engines.discovery import DnsDiscovery
 from gateway.engines.fleet import Fleet
 from gateway.engines.router import Router
 from gateway.engines.state import EngineState
 from gateway.features import FeatureFactory, installed_features, selected
+from gateway.http import queueing
 from gateway.http.admission import Admission
-from gateway.http.auth import KeyRing
+from gateway.http.api_docs import api_docs_router
+from gateway.http.auth import DatabaseKeys, KeyRing
+from gateway.http.browser_guards import HostCheck
 from gateway.http.cors import CorsPolicy
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
+from gateway.http.key_ids import secret_from_settings
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
-from gateway.http.raw_routes import RawRoute, RawRouter, control_requests, document_raw_routes, register_shapes
+from gateway.http.raw_routes import (
+    RawRoute,
+    RawRouter,
+    control_requests,
+    document_raw_routes,
+    multipart_paths,
+    register_shapes,
+)
+from gateway.protocols.admin.routes import ADMIN_PREFIX, admin_router
 from gateway.protocols.anthropic.dialect import ANTHROPIC
+from gateway.protocols.anthropic.paths import anthropic_paths
 from gateway.protocols.anthropic.routes import AnthropicMessages
 from gateway.protocols.codegen.routes import codegen_router
 from gateway.protocols.engine_api.routes import EngineAPI
@@ -45,15 +61,18 @@ from gateway.protocols.health import health_router
 from gateway.protocols.openai.dialect import OPENAI
 from gateway.protocols.openai.routes import OpenAIRelay
 from gateway.protocols.responses.dialect import ending_dialect
+from gateway.protocols.responses.records import make_records
 from gateway.protocols.responses.routes import ResponsesAPI
-from gateway.relay.context import StreamBackend
+from gateway.relay.call import Relay, StreamBackend
+from gateway.relay.live import LiveRuns
+from gateway.relay.metering import Meter
 from gateway.relay.plain import PlainRelay
 from gateway.serving import drain_on_signals, freeze_startup_heap
 from gateway.sessions.manager import SessionManager
 from gateway.sessions.routes import sessions_router
 from gateway.sessions.store import make_store
-from gateway.sessions.store.base import ResponseRecords
-from gateway.sessions.store.memory import MemoryResponses
+from gateway.tenancy.service import Tenancy
+from gateway.tracing.provider import Tracing
 
 log = logging.getLogger("gateway.app")
 
@@ -123,6 +142,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     """
     settings = settings or Settings()
     metrics = Metrics()
+    tracing = Tracing.from_settings(settings)  # None unless an OTLP endpoint is set (docs/tracing.md)
     fleet = Fleet.from_settings(settings, metrics=metrics)
     engines = EngineClient(settings, fleet, router=Router.from_settings(settings, fleet, metrics=metrics),
                            metrics=metrics)
@@ -133,19 +153,33 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     metrics.inflight.set_function(lambda: admission.inflight)
     shapes = ErrorShapes()
     shapes.register_prefix("/v1/", OPENAI_SHAPE)
-    sessions = _session_manager(settings, engine_state, metrics, admission)
-    streams: StreamBackend = sessions if sessions is not None else PlainRelay()
+    shapes.register_prefix(ADMIN_PREFIX, OPENAI_SHAPE)
+    database = GatewayDatabase(settings)  # the gateway's own tables: one engine, one migration history
+    tenancy = Tenancy(settings, database)  # keys in the database, limits, the usage ledger (docs/keys.md)
+    flow = queueing.flow_control(settings, engines, engine_state, metrics)  # None with FLOW_CONTROL off
+    relay = Relay(engines=engines, metrics=metrics, keepalive_seconds=settings.sse_keepalive_seconds, live=LiveRuns(),
+                  flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model))
+    sessions = _session_manager(settings, relay, engine_state, admission)
+    metrics.session_store_backlog_limit.set(settings.session_max_unpersisted_bytes)
+    if sessions is not None and sessions.persistence is not None:
+        writer = sessions.persistence.writer
+        metrics.session_store_backlog.set_function(lambda: writer.backlog_bytes)
+    streams: StreamBackend = sessions if sessions is not None else PlainRelay(relay)
     core = Core(settings=settings, metrics=metrics, engines=engines, engine_state=engine_state,
-                admission=admission, error_shapes=shapes, streams=streams)
+                admission=admission, error_shapes=shapes, relay=relay, streams=streams)
     if sessions is not None:
         core.drain_hooks.append(sessions.begin_shutdown)
+    if flow is not None:
+        core.drain_hooks.append(lambda grace: flow.close())  # queued requests get their 503 at once
     openai = OpenAIRelay(core)
     engine_api = EngineAPI(core)
-    records: ResponseRecords = sessions.store if sessions is not None and sessions.store is not None \
-        else MemoryResponses(max_records=settings.responses_memory_max)
-    responses = ResponsesAPI(core, records=records, sessions=sessions)
+    responses = ResponsesAPI(core, records=make_records(settings), sessions=sessions)
     anthropic = AnthropicMessages(core)
-    gateway = Gateway(core, openai)
+    gateway = Gateway(core, openai, key_store=tenancy.store)
+    # Files, batches and webhooks (docs/batches.md).
+    jobs = OfflineJobs(core, database, record_usage=tenancy.ledger.record) if settings.batches_enabled else None
+    if jobs is not None:  # background Responses' ends become response.* webhook events
+        responses.runs.on_ended = jobs.response_ended
     factories = selected(settings.features, installed_features() if features is None else features)
     plugged: list[Feature] = [factory(gateway) for factory in factories.values()]
 
@@ -153,17 +187,28 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await engines.start()
         async with contextlib.AsyncExitStack() as stack:
+            if tracing is not None:  # last out: the spans of the requests the drain ends are exported
+                stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
             stack.push_async_callback(engines.close)
             stack.enter_context(drain_on_signals(lambda: core.begin_drain(settings.graceful_shutdown_seconds)))
+            await database.start()  # migrates; waits for the first attempt at most 30 s, then in the background
+            stack.push_async_callback(database.stop)  # after everything that writes to it
+            await tenancy.start()
+            stack.push_async_callback(tenancy.stop)
             await engine_state.refresh()
             engine_state.start_polling()
             stack.push_async_callback(engine_state.stop_polling)
             if sessions is not None:
                 await sessions.start()
                 stack.push_async_callback(sessions.stop)
+            await responses.start()
+            stack.push_async_callback(responses.stop)
             for feature in plugged:
                 await feature.start()
                 stack.push_async_callback(feature.stop)
+            if jobs is not None:
+                await jobs.start()
+                stack.push_async_callback(jobs.stop)
             if freeze_heap_when_started:
                 freeze_startup_heap()
             yield
@@ -173,18 +218,27 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         version="0.1.0",
         summary="OpenAI-compatible gateway to vLLM, with a code-generation API, resumable streams and a marketplace",
         lifespan=lifespan,
+        docs_url=None,  # served by http.api_docs, from the gateway's own files
+        redoc_url=None,  # ReDoc loads from a CDN: not served
     )
     app.state.gateway = core  # for introspection and tests; the code below the app never reads app.state
     app.state.sessions = sessions
+    app.state.tracing = tracing
+    app.state.database = database
+    app.state.tenancy = tenancy
+    app.state.jobs = jobs
     for feature in plugged:  # each feature's own dependencies fetch it there (one tiny getter)
         setattr(app.state, feature.name, feature)
     install_error_handlers(app, shapes)
     # The engine API: one table (protocols.common.table), each protocol serving its rows.
     app.raw_routes = openai.routes() + responses.routes() + anthropic.routes() + engine_api.routes()
     register_shapes(shapes, app.raw_routes)
-    routers = [engine_api.refusals(shapes), health_router(core, features=plugged), sessions_router(sessions),
-               codegen_router(core)]
+    routers = [engine_api.refusals(shapes), anthropic_paths(shapes),
+               health_router(core, features=[*plugged, database, tenancy]),
+               sessions_router(sessions), codegen_router(core), admin_router(tenancy)]
+    routers += jobs.routers(shapes) if jobs is not None else []
     routers += [feature.router for feature in plugged if feature.router is not None]
+    routers.append(api_docs_router(title=app.title))
     for router in routers:
         app.include_router(router)
     app.gateway_middleware = dict(
@@ -193,22 +247,29 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         metrics=metrics,
         error_shapes=shapes,
         max_body_bytes=settings.max_body_bytes,
+        body_limits=jobs.body_limits() if jobs is not None else {},
         metrics_require_auth=settings.metrics_require_auth and settings.auth_enabled,
         access_log=settings.access_log,
         public_paths=frozenset().union(*(getattr(feature, "public_paths", ()) for feature in plugged)),
         control_requests=control_requests(app.raw_routes, [route for router in routers for route in router.routes]),
         cors=CorsPolicy.from_settings(settings),
-        token_authenticators=tuple(authenticator for feature in plugged
-                                   if (authenticator := getattr(feature, "token_authenticator", None)) is not None),
+        host_check=None if settings.auth_enabled else HostCheck(settings.allowed_hosts),
+        multipart_paths=multipart_paths(app.raw_routes, routers),
+        metrics_keys=KeyRing(read_keys=[key.get_secret_value() for key in settings.metrics_api_keys], write_keys=[],
+                             secret=secret_from_settings(settings)),
+        token_authenticators=(DatabaseKeys(tenancy.resolver),) + tuple(
+            authenticator for feature in plugged
+            if (authenticator := getattr(feature, "token_authenticator", None)) is not None),
+        tracing=tracing,
     )
     return app
 
 
-def _session_manager(settings: Settings, engine_state: EngineState, metrics: Metrics,
+def _session_manager(settings: Settings, relay: Relay, engine_state: EngineState,
                      admission: Admission) -> SessionManager | None:
     """Resumable sessions as ``SESSION_STORE`` asks (None when off: streams are relayed plainly)."""
     if settings.session_store == "off":
         return None
-    return SessionManager(settings=settings, dialect=OPENAI, store=make_store(settings),
-                          default_model=lambda: engine_state.default_model, metrics=metrics, admission=admission,
+    return SessionManager(settings=settings, relay=relay, dialect=OPENAI, store=make_store(settings),
+                          default_model=lambda: engine_state.default_model, admission=admission,
                           dialects={"responses": ending_dialect, "anthropic": lambda session_id, index: ANTHROPIC})

@@ -4,6 +4,11 @@ Every field maps to an environment variable of the same name in upper case
 (``vllm_base_url`` <- ``VLLM_BASE_URL``). Features keep their own settings classes (see
 ``gateway.api.Feature``). The README's configuration table lists them all; a test checks
 that compose.yaml only sets variables the gateway or a feature reads.
+
+Secrets never show when settings are printed or logged: the keys are ``SecretStr`` (``repr``
+shows ``**********``), a database URL's password is masked in ``repr``, and a validation
+error names the setting and the reason but never echoes the value given (a too-short
+``KEY_ID_SECRET`` was printed whole in the start-up error).
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 CommaList = Annotated[list[str], NoDecode]
+SecretList = Annotated[list[SecretStr], NoDecode]  # comma-separated secrets: each shown as **********
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
 # The engine's operational routes an admin key may be allowed to reach (ENGINE_ADMIN_ROUTES):
@@ -33,7 +39,8 @@ def _split_commas(value: object) -> object:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False,
+                                      hide_input_in_errors=True)
 
     # --- serving -----------------------------------------------------------
     host: str = "127.0.0.1"
@@ -69,9 +76,13 @@ class Settings(BaseSettings):
     # Service), re-resolved every VLLM_DNS_REFRESH_SECONDS.
     vllm_dns_url: str = ""
     vllm_dns_refresh_seconds: float = Field(10.0, gt=0)
+    # Networks (CIDR, comma-separated) an address VLLM_DNS_URL resolves to must lie in to become
+    # an engine (and receive VLLM_API_KEY); any other is refused and logged. Empty: any address.
+    vllm_dns_networks: CommaList = Field(default_factory=list)
     # Seconds between two reads of each engine's /metrics (load, prefix cache); 0: never.
     engine_metrics_interval: float = Field(1.0, ge=0)
-    routing_policy: Literal["prefix", "session", "least_load", "round_robin"] = "prefix"
+    # "session" is accepted for "affinity" (its name before; a session is a resumable generation).
+    routing_policy: Literal["prefix", "affinity", "session", "least_load", "round_robin"] = "prefix"
     # An affinity (session or prefix) holds while its engine's load stays within this factor
     # of the fleet's mean (consistent hashing with bounded loads).
     routing_load_bound: float = Field(1.25, ge=1.0)
@@ -88,13 +99,18 @@ class Settings(BaseSettings):
     # API_KEYS may use the engine (OpenAI routes, code API) and read the marketplace catalogue;
     # APP_API_KEYS may also act for marketplace users (users, chat, end-user tokens);
     # ADMIN_API_KEYS may also write the catalogue (and do what an app key does).
-    api_keys: CommaList = Field(default_factory=list)
-    app_api_keys: CommaList = Field(default_factory=list)
-    admin_api_keys: CommaList = Field(default_factory=list)
+    api_keys: SecretList = Field(default_factory=list)
+    app_api_keys: SecretList = Field(default_factory=list)
+    admin_api_keys: SecretList = Field(default_factory=list)
     # The HMAC secret of key ids (gateway.http.key_ids): the same on every replica. Unset: kept
     # beside a SQLite DATABASE_URL (generated once), else random per process.
     key_id_secret: SecretStr | None = Field(None, repr=False)
     metrics_require_auth: bool = True
+    # Keys that may read /metrics and nothing else (a Prometheus scraper's); admin keys may too.
+    metrics_api_keys: SecretList = Field(default_factory=list)
+    # Without any API key the gateway answers only requests whose Host is this machine
+    # (localhost, a loopback address: no DNS rebinding); more names it may be reached by.
+    allowed_hosts: CommaList = Field(default_factory=list)
     max_inflight: int = Field(512, ge=1)
     max_inflight_per_key: int = Field(128, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
@@ -104,6 +120,48 @@ class Settings(BaseSettings):
     # exact origins ("https://app.example.com", "http://localhost:5173"), or "*" alone for any
     # page. Empty: no CORS headers at all (browsers allow only same-origin pages).
     cors_origins: CommaList = Field(default_factory=list)
+
+    # --- flow control: queueing by priority band, fair shares (docs/flow-control.md) ----
+    # Off: generating requests go straight to the engines (no queue, no bands, no priority sent).
+    flow_control: bool = True
+    # The bands, highest first, and the band of a key or team that names none.
+    flow_bands: CommaList = Field(default_factory=lambda: ["interactive", "standard", "batch"])
+    flow_default_band: str = "standard"
+    # Requests that may wait per model (0: none wait, a request that cannot go now is refused),
+    # and per API key over all models.
+    flow_queue_max: int = Field(1024, ge=0)
+    flow_queue_max_per_key: int = Field(256, ge=0)
+    # How long a request may wait before it is refused (429 when its key or team was at its own
+    # limit, else 503).
+    flow_queue_timeout_seconds: float = Field(30.0, gt=0)
+    # A lower band with waiting requests is served at least once per this many seconds,
+    # however busy the higher bands keep the engines.
+    flow_aging_seconds: float = Field(10.0, gt=0)
+    # Requests that may wait inside each engine before the gateway holds the next ones.
+    flow_engine_max_waiting: int = Field(5, ge=0)
+    # The engines' vLLM scheduling policy, as launch_vllm.sh's setting of the same name starts
+    # them: with "priority" requests carry their band's ``priority`` (vLLM 0.32 ignores the field
+    # under fcfs, so a wrong value here fails silently: set both from one variable).
+    engine_scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+
+    # --- tracing: OpenTelemetry, off unless an OTLP endpoint is set (docs/tracing.md) ----
+    # The standard OTEL_* variables, read here like every other setting. Traces go to
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the full URL), else OTEL_EXPORTER_OTLP_ENDPOINT
+    # (+ /v1/traces over HTTP); neither set, or OTEL_SDK_DISABLED: no tracing, no cost.
+    otel_exporter_otlp_traces_endpoint: str = ""
+    otel_exporter_otlp_endpoint: str = ""
+    otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    # "name=value,..." sent with every export (a vendor's API key): a secret, never shown.
+    otel_exporter_otlp_headers: SecretStr | None = Field(None, repr=False)
+    otel_exporter_otlp_timeout: float = Field(5000.0, gt=0)  # ms per export attempt (its retries included)
+    otel_sdk_disabled: bool = False
+    otel_service_name: str = "stack-gateway"
+    # The share of new traces kept (parent-based: a sampled incoming traceparent is always kept).
+    otel_traces_sampler_arg: float = Field(1.0, ge=0, le=1)
+    otel_bsp_max_queue_size: int = Field(2048, ge=1)  # spans waiting for export; beyond: dropped
+    otel_bsp_schedule_delay: float = Field(5000.0, gt=0)  # ms between two exports
+    # "gen_ai_latest_experimental": the GenAI conventions' latest names (gen_ai.provider.name, ...)
+    otel_semconv_stability_opt_in: CommaList = Field(default_factory=list)
 
     # --- code-generation API (Stack 2.9 contract) ----------------------------
     default_max_tokens: int = Field(512, ge=1, le=4096)
@@ -121,6 +179,9 @@ class Settings(BaseSettings):
     # replica stayed silent longer is ended (error event + [DONE]) by whoever
     # notices: after a crash, resuming clients wait at most this long.
     session_lease_seconds: float = Field(15.0, gt=0)
+    # How long one call to the session store or the stored responses may take (connecting,
+    # waiting for a connection, one statement); past it the store counts as unavailable (503).
+    session_store_timeout_seconds: float = Field(5.0, gt=0, le=300)
     # SESSION_STORE=memory only: finished sessions kept resumable in memory, per API key
     # (a key's oldest beyond this are forgotten). Persistent stores keep none.
     session_memory_max_finished: int = Field(512, ge=0)
@@ -139,6 +200,10 @@ class Settings(BaseSettings):
     # SESSION_STORE=memory or off: stored responses kept in memory (the oldest beyond this
     # are forgotten). The persistent stores keep them in their database.
     responses_memory_max: int = Field(1024, ge=1)
+    # Per API key: stored responses (not expired) and their stored bytes at most; a request
+    # that would store one more beyond either is refused (429, responses_quota_exceeded).
+    responses_max_per_key: int = Field(10_000, ge=1)
+    responses_max_bytes_per_key: int = Field(256 * 1024 * 1024, ge=1024)
 
     # --- the engine's operational routes ---------------------------------------------------
     # Which of the engine's admin-capable routes an ADMIN_API_KEYS key may reach (relayed to
@@ -147,18 +212,89 @@ class Settings(BaseSettings):
     engine_admin_routes: CommaList = Field(
         default_factory=lambda: ["/reset_prefix_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"])
 
+    # --- keys, limits and usage (docs/keys.md) ---------------------------------------
+    # Where limits are counted across replicas ("redis://[:password@]host:port/db"). Empty:
+    # in each process (per replica; the gateway warns with WORKERS > 1 or PostgreSQL).
+    redis_url: str = Field("", repr=False)  # may hold a password
+    # Every Redis call's deadline; past it Redis counts as down (probed every 0.5 s).
+    redis_timeout_seconds: float = Field(0.25, gt=0, le=5)
+    # While Redis is down: "local" (each replica enforces the limits alone) or "closed"
+    # (requests of keys with limits are refused with 503).
+    limits_when_redis_down: Literal["local", "closed"] = "local"
+    # A request in flight holds a concurrency slot this long at most unless its stream
+    # renews it (a replica that died frees its slots after this).
+    limit_lease_seconds: float = Field(300.0, ge=10)
+    # How long a rotated key's old secret keeps working (POST /admin/keys/{id}/rotate may
+    # name another, up to 30 days).
+    key_rotation_grace_seconds: float = Field(3600.0, ge=0, le=30 * 86400)
+    # How often each replica polls the key store's change counter (a revoked key is refused
+    # everywhere within about this plus the poll's time).
+    key_cache_poll_seconds: float = Field(0.25, gt=0, le=0.5)
+    key_cache_size: int = Field(10_000, ge=100)
+    # The usage ledger: sums written every USAGE_FLUSH_SECONDS; at most USAGE_BUFFER_ROWS rows
+    # wait in memory (while the database is down).
+    usage_flush_seconds: float = Field(2.0, gt=0, le=300)
+    usage_buffer_rows: int = Field(50_000, ge=100)
+    # Prices per model in USD per 1M tokens, JSON: {"MODEL": {"input": 0.2, "cached_input": 0.05,
+    # "output": 0.6}} (checked at start: gateway.tenancy.usage.prices).
+    usage_prices: str = ""
+
     # --- the gateway's database and its features --------------------------------
     # The session store's database unless SESSIONS_DATABASE_URL says otherwise; features
     # that keep data use it too unless their own setting names another.
     database_url: str = "sqlite+aiosqlite:///./data/stack.db"
+    # The gateway's own tables in DATABASE_URL (keys, usage, files, batches, webhooks; one engine
+    # per process, gateway.database): connections each process keeps at most, how long connecting
+    # or waiting for a free connection may take, and how long one statement may run (PostgreSQL;
+    # SQLite waits at most 10 s for another writer). Past either: that feature answers 503.
+    database_pool_size: int = Field(10, ge=1, le=1000)
+    database_timeout_seconds: float = Field(5.0, gt=0, le=300)
+    database_statement_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     # Which installed features run: "all", "none", or names (e.g. "marketplace").
     features: CommaList = Field(default_factory=lambda: ["all"])
 
-    @field_validator("model_aliases", "api_keys", "app_api_keys", "admin_api_keys", "features", "engine_admin_routes",
-                     "vllm_base_urls", "cors_origins", mode="before")
+    # --- files, batches and webhooks (docs/batches.md) ----------------------------------
+    # Off: no /v1/files, /v1/batches, /v1/messages/batches or /admin/webhooks, no tables.
+    batches_enabled: bool = True
+    # Where uploaded and produced files live: in the database, or one file each in FILES_DIRECTORY.
+    files_storage: Literal["database", "directory"] = "database"
+    files_directory: str = "./data/files"
+    # The largest upload (OpenAI's batch input limit); the upload route's own body limit, not MAX_BODY_BYTES.
+    files_max_bytes: int = Field(200 * 1024 * 1024, ge=1)
+    files_quota_bytes_per_key: int = Field(1024 * 1024 * 1024, ge=0)
+    # How long a file is kept when its upload names no expiry (OpenAI keeps batch files 30 days).
+    files_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    batch_max_lines: int = Field(50_000, ge=1)
+    # Lines of batches one replica runs at once (the engines' batch band sees at most this many).
+    batch_concurrency: int = Field(8, ge=1)
+    # What a completion_window of "24h" lasts (tests shorten it to see expiry).
+    batch_window_seconds: float = Field(24 * 3600.0, gt=0)
+    # A replica renews its batches' leases this often; a batch whose lease ran out is taken over.
+    batch_lease_seconds: float = Field(15.0, gt=0)
+    batch_poll_seconds: float = Field(1.0, gt=0)
+    batch_line_max_attempts: int = Field(3, ge=1)  # an engine that is down: tries per line, then its error
+    # Networks webhook destinations may be in although private, loopback or link-local (CIDRs).
+    webhook_allowed_networks: CommaList = Field(default_factory=list)
+    webhook_timeout_seconds: float = Field(10.0, gt=0)
+    webhook_max_attempts: int = Field(8, ge=1)
+    webhook_backoff_seconds: float = Field(5.0, gt=0)  # the first retry's delay; doubled each time
+    webhook_concurrency: int = Field(8, ge=1)
+
+    @field_validator("model_aliases", "api_keys", "app_api_keys", "admin_api_keys", "metrics_api_keys", "features",
+                     "engine_admin_routes", "vllm_base_urls", "cors_origins", "allowed_hosts", "vllm_dns_networks",
+                     "flow_bands", "webhook_allowed_networks", "otel_semconv_stability_opt_in", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
+
+    @model_validator(mode="after")
+    def _bands(self) -> "Settings":
+        self.flow_bands = [name.lower() for name in self.flow_bands]
+        self.flow_default_band = self.flow_default_band.strip().lower()
+        problem = band_problem(self.flow_bands, self.flow_default_band)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @field_validator("key_id_secret")
     @classmethod
@@ -167,6 +303,13 @@ class Settings(BaseSettings):
             return None  # KEY_ID_SECRET= (empty, as compose passes an unset variable): unset
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("KEY_ID_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        if value and not value.startswith("redis://"):
+            raise ValueError("REDIS_URL must be a redis:// URL (redis://[:password@]host[:port][/db])")
         return value
 
     @field_validator("engine_admin_routes")
@@ -190,6 +333,17 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
 
+    @field_validator("vllm_dns_networks", "webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{info.field_name.upper()} entries are networks like 10.0.0.0/8 or fd00::/8; "
+                                 f"got {network!r}")
+        return value
+
     @model_validator(mode="after")
     def _bind_safely(self) -> "Settings":
         # No key configured means nobody can be told apart: serve loopback only.
@@ -209,9 +363,21 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         return bool(self.api_keys or self.app_api_keys or self.admin_api_keys)
 
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, (without_password(value) if name.endswith("database_url") else value)
+
     @property
     def effective_sessions_database_url(self) -> str:
         return self.sessions_database_url or self.database_url
+
+
+def without_password(url: str) -> str:
+    """A database URL as it may be shown: its password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url if "@" not in url else "<a database URL that does not parse>"
 
 
 _ORIGIN = re.compile(r"^(https?)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
@@ -237,6 +403,23 @@ def normal_origin(origin: str) -> str:
     if port is None or port == _DEFAULT_PORTS[scheme]:
         return f"{scheme}://{host}"
     return f"{scheme}://{host}:{int(port)}"
+
+
+_BAND_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
+
+
+def band_problem(names: list[str] | tuple[str, ...], default: str) -> str | None:
+    """What is wrong with FLOW_BANDS and FLOW_DEFAULT_BAND (None: nothing); the one home of the rule."""
+    if not names:
+        return "FLOW_BANDS must name at least one band"
+    for name in names:
+        if not _BAND_NAME.match(name):
+            return f"FLOW_BANDS: a band name is 1-32 lower-case letters, digits, '_' or '-'; got {name!r}"
+    if len(set(names)) != len(names):
+        return f"FLOW_BANDS names a band twice: {', '.join(names)}"
+    if default not in names:
+        return f"FLOW_DEFAULT_BAND must be one of FLOW_BANDS ({', '.join(names)}); got {default!r}"
+    return None
 
 
 def is_loopback(host: str) -> bool:

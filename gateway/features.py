@@ -1,6 +1,6 @@
 """Features: packages that plug into the gateway, found through Python entry points.
 
-The gateway core never imports a feature. A feature package declares itself in its
+The gateway never imports a feature. A feature package declares itself in its
 ``pyproject.toml``::
 
     [project.entry-points."stack_gateway.features"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command (`make test`; CI runs it through .ci/run): install what the tests need, then
-# lint (ruff; the import contracts of pyproject.toml), then run the unit tier and the integration
-# tier (real vLLM engine on the embedded model, real PostgreSQL, real headless Chromium; the test
-# fixtures start them). Fails when the lint fails, any test fails or a tier runs no test.
+# lint (scripts/lint.sh, as `make lint`: ruff, the import contracts of pyproject.toml and
+# the shell scripts), then run the unit tier and the integration tier (real vLLM engine on the
+# embedded model, real PostgreSQL and Redis, real headless Chromium, real Prometheus, the real
+# Claude Code and Codex CLIs from npm; the test fixtures start them; nginx for the benchmark's
+# tests). Fails when the lint fails, any test fails or a tier runs no test.
 #
 #   PYTEST_ARGS  extra pytest arguments for both tiers, e.g. "-x -k health" []
 set -euo pipefail
@@ -38,12 +40,6 @@ describe() {
         5) printf 'FAILED (exit 5: no test ran)' ;;
         *) printf 'FAILED (exit %s)' "$1" ;;
     esac
-}
-
-# shellcheck disable=SC2317  # called through stage
-lint() {
-    "$GATEWAY_VENV/bin/ruff" check gateway marketplace playground bench tests scripts engine \
-        && "$GATEWAY_VENV/bin/lint-imports"
 }
 
 # shellcheck disable=SC2317  # called through stage
@@ -87,13 +83,18 @@ rm -f "$RESULTS"/unit.xml "$RESULTS"/integration.xml
 if ! stage "setup: gateway environment" scripts/setup_gateway_env.sh \
     || ! stage "setup: engine + embedded model" ./launch_vllm.sh --install-only \
     || ! stage "setup: PostgreSQL" scripts/install_postgres.sh \
-    || ! stage "setup: Chromium" scripts/install_browser.sh; then
+    || ! stage "setup: Redis" scripts/install_redis.sh \
+    || ! stage "setup: Chromium" scripts/install_browser.sh \
+    || ! stage "setup: Prometheus" scripts/install_prometheus.sh \
+    || ! stage "setup: shellcheck" scripts/install_shellcheck.sh \
+    || ! stage "setup: nginx" scripts/install_nginx.sh \
+    || ! stage "setup: agent CLIs (Node, npm)" scripts/install_agent_clis.sh; then
     summary
     printf 'setup failed: no test ran\n' >&2
     exit 1
 fi
 
-stage "lint: ruff, import contracts" lint || OVERALL=1
+stage "lint: ruff, imports, shellcheck" scripts/lint.sh || OVERALL=1
 stage "unit tests" pytest_tier unit "not integration" || OVERALL=1
 stage "integration tests" pytest_tier integration "integration" || OVERALL=1
 

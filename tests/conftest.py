@@ -11,8 +11,10 @@ Fixtures that start real services (plugins in tests/support/): ``vllm_engine`` /
 engine, which a test may kill, freeze and restart), ``vllm_fleet`` (two real engines,
 ``fleet.py``), ``postgres_server`` /
 ``postgres_dsn`` / ``postgres_database_url`` (a real PostgreSQL, ``postgres.py``), ``stoppable_postgres``
-(a cluster of the test's own that it may stop and start), ``browser``
-(a real headless Chromium, ``browser.py``), and ``tests.support.servers.run_uvicorn`` (an app
+(a cluster of the test's own that it may stop and start), ``redis_server`` / ``redis_url`` /
+``stoppable_redis`` (a real Redis, ``redis.py``), ``browser``
+(a real headless Chromium, ``browser.py``), ``prometheus`` (a real Prometheus server of the test's
+own, ``prometheus.py``; ``promtool`` there too), and ``tests.support.servers.run_uvicorn`` (an app
 under real uvicorn). ``fake_engine`` (below) is the fake OpenAI upstream of the fast tests.
 """
 
@@ -36,7 +38,9 @@ pytest_plugins = [
     "tests.support.engine",
     "tests.support.fleet",
     "tests.support.postgres",
+    "tests.support.redis",
     "tests.support.browser",
+    "tests.support.prometheus",
     "tests.support.figures",
     "tests.support.full_disk",
 ]
@@ -53,12 +57,24 @@ SERVICE_FIXTURES = {
     "postgres_dsn": "postgres",
     "postgres_database_url": "postgres",
     "stoppable_postgres": "postgres",
+    "redis_server": "redis",
+    "redis_url": "redis",
+    "stoppable_redis": "redis",
     "browser": "browser",
+    "prometheus": "prometheus",
 }
 
 
+# Each test's timeout (pytest-timeout), its fixtures' set-up included: a hang fails the test
+# and the run goes on (docs/testing.md#timeouts-a-test-fails-it-never-hangs). A slower test
+# says so with @pytest.mark.timeout(N); --timeout=N replaces both defaults for a run.
+UNIT_TIMEOUT = 120.0
+INTEGRATION_TIMEOUT = 900.0  # the first engine test starts the engine (250 s seen on a loaded machine)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects anything
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    chosen_timeout = config.getoption("timeout", None) is not None
     for item in items:
         services = {SERVICE_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVICE_FIXTURES}
         if services and item.get_closest_marker("integration") is None:
@@ -66,6 +82,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for service in services:
             if item.get_closest_marker(service) is None:
                 item.add_marker(getattr(pytest.mark, service))
+        if not chosen_timeout and item.get_closest_marker("timeout") is None:
+            integration = item.get_closest_marker("integration") is not None
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT if integration else UNIT_TIMEOUT))
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ It works on the reader's private fields, the ones ``readany`` itself uses, with 
 bookkeeping (size, cursor, chunk boundaries, flow control). ``SUPPORTED`` says whether the
 installed aiohttp has them (its versions are bounded in pyproject.toml); where it does not,
 ``reader_of`` hands out ``readany`` unchanged.
+
+``on_first_bytes`` (time to first token, ``engines.stream``) is called once, when the first
+bytes of the body are read: one comparison per read, not a wrapper around every read.
 """
 
 from __future__ import annotations
@@ -27,15 +30,30 @@ _FIELDS = ("_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits"
 SUPPORTED = all(name in getattr(StreamReader, "__slots__", ()) for name in _FIELDS) and hasattr(StreamReader, "_wait")
 
 
-def reader_of(content) -> Callable[[], Awaitable[bytes]]:
-    """``await read()`` -> the bytes that arrived since the last read; b"" once the body ended."""
+def reader_of(content, on_first_bytes: Callable[[], None] | None = None) -> Callable[[], Awaitable[bytes]]:
+    """``await read()`` -> the bytes that arrived since the last read; b"" once the body ended.
+
+    ``on_first_bytes``: called when the first bytes of the body are read.
+    """
     if SUPPORTED and type(content) is StreamReader:
-        return partial(read_buffered, content)
-    return content.readany
+        if on_first_bytes is None:
+            return partial(read_buffered, content)
+        return partial(read_buffered, content, on_first_bytes)
+    if on_first_bytes is None:
+        return content.readany
+    return partial(_readany_noting_first, content.readany, on_first_bytes, [False])
 
 
-async def read_buffered(reader: StreamReader) -> bytes:
-    """``reader.readany()``, but the whole buffer in one piece."""
+async def _readany_noting_first(readany, on_first_bytes: Callable[[], None], noted: list[bool]) -> bytes:
+    data = await readany()
+    if data and not noted[0]:
+        noted[0] = True
+        on_first_bytes()
+    return data
+
+
+async def read_buffered(reader: StreamReader, on_first_bytes: Callable[[], None] | None = None) -> bytes:
+    """``reader.readany()``, but the whole buffer in one piece (``on_first_bytes``: see ``reader_of``)."""
     if reader._exception is not None:
         raise reader._exception
     while not reader._buffer and not reader._eof:
@@ -50,6 +68,8 @@ async def read_buffered(reader: StreamReader) -> bytes:
     data = buffer.popleft() if len(buffer) == 1 else b"".join(buffer)
     buffer.clear()
     reader._size -= len(data)
+    if on_first_bytes is not None and not reader._cursor:
+        on_first_bytes()
     reader._cursor += len(data)
     splits = reader._http_chunk_splits
     while splits and splits[0] < reader._cursor:  # chunk ends already read past

@@ -12,13 +12,19 @@ request goes to another engine, at most ``ENGINE_MAX_ATTEMPTS`` engines in all, 
 failed engine is ejected for a while (``engines.engine``). A non-streamed request has sent
 nothing to its client until the engine's whole answer is in, so an engine dying in the
 middle of one is retried too; a stream is retried only until its response headers (after
-that, ``sessions.producer`` may continue it elsewhere). A timeout waiting for the answer is
+that, the stream runner may continue it elsewhere: ``relay.switch``). A timeout waiting for the answer is
 not retried: the engine may still be generating, and the client's time is spent.
 
 Timeouts are explicit and separate: connect (then 503), first byte (the response headers;
 for a non-streamed request the whole generation, so generous; then 504), and between chunks
-(the longest silence inside a stream). Time spent waiting for engines counts as engine time
-of the request being served (``http.timing``).
+(the longest silence inside a stream). Every call may name the request it serves (its
+``RequestContext``): the engine gets its id, and the time spent waiting counts as engine time
+of that request (``X-Gateway-Added-Ms`` leaves it out).
+
+Time to first token (``gateway_time_to_first_token_seconds``): from the start of
+``open_stream`` (routing, retries and connecting included) to the first bytes of the body, on
+the engine routes whose first streamed bytes vLLM sends only with the first token (a
+Responses stream opens with ``response.created`` before any token: not counted).
 """
 
 from __future__ import annotations
@@ -48,12 +54,17 @@ from gateway.engines.fleet import Fleet
 from gateway.engines.router import Router
 from gateway.engines.routing import RouteHints, openai_hints
 from gateway.engines.stream import EngineStream, Refused
-from gateway.http.timing import add_engine_wait
+from gateway.http import queueing
+from gateway.http.context import RequestContext
+from gateway.tracing import hooks as tracing
 
 __all__ = ["EngineClient", "EngineStream"]
 
 IDLE_CONNECTION_SECONDS = 4.0
 MODELS_PATH = "/v1/models"
+# Engine routes whose first streamed bytes carry the first token (vLLM 0.32's chat, completion
+# and Anthropic messages streams write nothing before the first output).
+FIRST_TOKEN_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages"})
 # Failures that say the engine is broken (not merely slow or refusing one request): eject it.
 EJECTING = RETRYABLE | {HTTP_503, STALLED, ENDED_EARLY}
 RETRIED = RETRYABLE | {HTTP_503}
@@ -67,6 +78,7 @@ class EngineClient:
         self._settings = settings
         self.fleet = fleet if fleet is not None else Fleet.from_settings(settings, metrics=metrics)
         self.router = router if router is not None else Router.from_settings(settings, self.fleet, metrics=metrics)
+        self._metrics = metrics
         self.max_attempts = settings.engine_max_attempts
         # Called (and awaited) when no engine can take a request, before refusing it: the
         # engine state looks again, in case an engine came up since its last look.
@@ -116,8 +128,13 @@ class EngineClient:
         return self._pool
 
     # --- choosing engines ------------------------------------------------------------------
-    async def _first(self, route: RouteHints | None) -> Engine:
-        engine = self.router.pick(route)
+    async def _first(self, route: RouteHints | None, request: RequestContext | None = None) -> Engine:
+        # A request granted an engine by flow control starts there (failover may still move it).
+        engine = queueing.granted_engine(request, route)
+        if engine is not None:  # (the trace's routing receipt says so)
+            self.router.last_reason, self.router.last_candidates = "flow_control_grant", []
+        else:
+            engine = self.router.pick(route)
         if engine is None and self.when_none_ready is not None:
             await self.when_none_ready()
             engine = self.router.pick(route)
@@ -132,8 +149,9 @@ class EngineClient:
         return engine
 
     def _next_after(self, engine: Engine, error: EngineError, route: RouteHints | None,
-                    tried: list[Engine]) -> Engine | None:
+                    tried: list[Engine], request: RequestContext | None = None) -> Engine | None:
         """``engine`` failed before the client saw anything: the engine to try next, or None."""
+        tracing.engine_failed(request, error)
         kind = error.kind
         if kind in EJECTING:
             self.fleet.failed(engine, kind, error.message)
@@ -154,16 +172,20 @@ class EngineClient:
         path: str,
         body: bytes | None = None,
         *,
+        request: RequestContext | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
         route: RouteHints | None = None,
         content_type: str | None = None,
     ) -> tuple[int, bytes]:
-        """Send ``body``, return (status, response body); the wait counts as engine time.
+        """Send ``body``, return (status, response body); the wait counts as ``request``'s engine time.
 
+        ``request_id``: the id to send when no ``request`` is named (the engine layer's own looks, features).
         ``content_type``: the body's, when it is not JSON (it is relayed as the client sent it).
         """
         started = time.perf_counter()
+        if request is not None:
+            request_id = request.request_id
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             connect = min(timeout, self._timeout.sock_connect or timeout)
@@ -171,20 +193,22 @@ class EngineClient:
         try:
             if route is not None and route.engine is not None:  # a look at one engine: no routing
                 engine = self._pinned(route.engine)
-                return await self._exchange(engine, method, path, body,
-                                            engine.request_headers(request_id, content_type), kwargs)
-            engine = await self._first(route)
+                headers = tracing.engine_headers(request, engine, method, path,
+                                                 engine.request_headers(request_id, content_type))
+                return await self._exchange(engine, method, path, body, headers, kwargs)
+            engine = await self._first(route, request)
             tried: list[Engine] = []
             while True:
                 current = engine
                 current.counters.requests.inc()
                 current.inflight += 1
                 try:
-                    status, payload = await self._exchange(current, method, path, body,
-                                                           current.request_headers(request_id, content_type), kwargs)
+                    headers = tracing.engine_headers(request, current, method, path, queueing.engine_headers(
+                        request, current, current.request_headers(request_id, content_type)), self.router)
+                    status, payload = await self._exchange(current, method, path, body, headers, kwargs)
                 except EngineError as error:
                     current.inflight -= 1
-                    following = self._next_after(current, error, route, tried)
+                    following = self._next_after(current, error, route, tried, request)
                     if following is None:
                         raise
                     engine = following
@@ -194,7 +218,7 @@ class EngineClient:
                     raise
                 current.inflight -= 1
                 if status == 503:
-                    following = self._next_after(current, parse_error_body(status, payload), route, tried)
+                    following = self._next_after(current, parse_error_body(status, payload), route, tried, request)
                     if following is not None:
                         engine = following
                         continue
@@ -202,7 +226,8 @@ class EngineClient:
                     current.succeeded()
                 return status, payload
         finally:
-            add_engine_wait(time.perf_counter() - started)
+            if request is not None:
+                request.engine_wait += time.perf_counter() - started
 
     async def _exchange(self, engine: Engine, method: str, path: str, body: bytes | None,
                         headers: dict[str, str], kwargs: dict[str, Any]) -> tuple[int, bytes]:
@@ -212,21 +237,28 @@ class EngineClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise translate_client_error(exc) from exc
 
-    async def open_stream(self, path: str, body: bytes, *, request_id: str | None = None,
-                          route: RouteHints | None = None, method: str = "POST") -> EngineStream:
-        """Send ``body`` (POST, or ``method``) and return once the engine's response headers are in."""
-        engine = await self._first(route)
+    async def open_stream(self, path: str, body: bytes, *, request: RequestContext | None = None,
+                          request_id: str | None = None, route: RouteHints | None = None,
+                          method: str = "POST") -> EngineStream:
+        """Send ``body`` (POST, or ``method``) and return once the engine's response headers are in.
+
+        The caller counts the wait as engine time (a stream's opener watches its client meanwhile)."""
+        started = time.perf_counter()
+        if request is not None:
+            request_id = request.request_id
+        engine = await self._first(route, request)
         tried: list[Engine] = []
         while True:
             engine.counters.requests.inc()
             engine.inflight += 1
             try:
-                response = await self.pool.request(method, engine.url(path), data=body,
-                                                   headers=engine.request_headers(request_id))
+                headers = tracing.engine_headers(request, engine, method, path, queueing.engine_headers(
+                    request, engine, engine.request_headers(request_id)), self.router)
+                response = await self.pool.request(method, engine.url(path), data=body, headers=headers)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 engine.inflight -= 1
                 error = translate_client_error(exc)
-                following = self._next_after(engine, error, route, tried)
+                following = self._next_after(engine, error, route, tried, request)
                 if following is None:
                     raise error from exc
                 engine = following
@@ -242,7 +274,7 @@ class EngineClient:
                 finally:
                     response.close()
                 refusal = parse_error_body(503, body_503)
-                following = self._next_after(engine, refusal, route, tried)
+                following = self._next_after(engine, refusal, route, tried, request)
                 if following is not None:
                     engine.inflight -= 1
                     engine = following
@@ -250,10 +282,18 @@ class EngineClient:
                 # No other engine: the client gets this engine's 503 (the stream reads as refused).
                 return EngineStream(Refused(503, body_503), self.chunk_timeout, engine, self.fleet)
             engine.succeeded()
-            return EngineStream(response, self.chunk_timeout, engine, self.fleet)
+            first_bytes = tracing.on_first_bytes(request, self._first_token_timer(path, route, started))
+            return EngineStream(response, self.chunk_timeout, engine, self.fleet, on_first_bytes=first_bytes)
 
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None,
-                        route: RouteHints | None = None) -> dict:
+    def _first_token_timer(self, path: str, route: RouteHints | None, started: float) -> Callable[[], None] | None:
+        """What observes the stream's time to first token when its first bytes arrive (None: not measured)."""
+        if self._metrics is None or path not in FIRST_TOKEN_PATHS:
+            return None
+        histogram = self._metrics.first_token_timer(route.model if route is not None else None)
+        return lambda: histogram.observe(time.perf_counter() - started)
+
+    async def post_json(self, path: str, payload: dict, *, request: RequestContext | None = None,
+                        request_id: str | None = None, route: RouteHints | None = None) -> dict:
         """POST a JSON payload; the decoded JSON answer, or an EngineError.
 
         Without hints, they are read from the payload (an OpenAI-shaped body: its ``model``,
@@ -264,15 +304,16 @@ class EngineClient:
             model = payload.get("model")
             route = openai_hints(payload, model=model if isinstance(model, str) else None,
                                  with_prefix=self.router.uses_prefix)
-        status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request_id=request_id,
-                                                route=route)
+        status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request=request,
+                                                request_id=request_id, route=route)
         return self._decode(status, body)
 
-    async def get_json(self, path: str, *, timeout: float | None = None, route: RouteHints | None = None) -> dict:
+    async def get_json(self, path: str, *, timeout: float | None = None, route: RouteHints | None = None,
+                       request: RequestContext | None = None) -> dict:
         """GET a JSON answer. ``/v1/models`` without hints lists the union of the fleet's models."""
         if path == MODELS_PATH and route is None and self.fleet.many:
             return await self._fleet_models(timeout)
-        status, body = await self.request_bytes("GET", path, timeout=timeout, route=route)
+        status, body = await self.request_bytes("GET", path, timeout=timeout, route=route, request=request)
         return self._decode(status, body)
 
     async def _fleet_models(self, timeout: float | None) -> dict:

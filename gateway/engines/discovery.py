@@ -8,6 +8,11 @@
   headless Service resolves to its ready pods' IPs (docs/fleet.md). A failed resolution keeps
   the engines known so far (a DNS hiccup must not empty the fleet); an answer with no address
   does empty it. It replaces both lists.
+- ``VLLM_DNS_NETWORKS`` (CIDRs): the networks a resolved address must lie in. The gateway sends
+  ``VLLM_API_KEY`` to every engine it routes to, so whoever can change what the name resolves
+  to (a poisoned resolver, a misconfigured record) would otherwise receive the key and the
+  traffic. An address outside is refused and logged when the refused set changes; an answer
+  of names rather than addresses cannot be checked and is refused too. Empty: any address.
 
 The resolver is a parameter, so tests give a stub.
 """
@@ -68,7 +73,8 @@ async def system_resolver(host: str, port: int) -> list[str]:
 class DnsDiscovery:
     """The engines behind one DNS name: one per address."""
 
-    def __init__(self, url: str, *, api_key: str | None, resolver: Resolver = system_resolver) -> None:
+    def __init__(self, url: str, *, api_key: str | None, resolver: Resolver = system_resolver,
+                 networks: list[str] = ()) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"VLLM_DNS_URL: {url!r} must look like http://NAME:PORT")
@@ -78,13 +84,16 @@ class DnsDiscovery:
         self.path = parts.path.rstrip("/")
         self.api_key = api_key
         self.resolver = resolver
+        self.networks = [ipaddress.ip_network(network, strict=False) for network in networks]
+        self.refused: list[str] = []  # the addresses of the last answer outside VLLM_DNS_NETWORKS
         self.last_error: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, resolver: Resolver = system_resolver) -> DnsDiscovery | None:
         if not settings.vllm_dns_url:
             return None
-        return cls(settings.vllm_dns_url, api_key=_default_key(settings), resolver=resolver)
+        return cls(settings.vllm_dns_url, api_key=_default_key(settings), resolver=resolver,
+                   networks=settings.vllm_dns_networks)
 
     async def members(self) -> list[Member] | None:
         """The engines now, in a stable order; None when the name could not be resolved."""
@@ -96,8 +105,25 @@ class DnsDiscovery:
                         extra={"host": self.host, "reason": str(exc)})
             return None
         self.last_error = None
-        urls = sorted({self._url(address) for address in addresses})
+        allowed = [address for address in addresses if self._allowed(address)]
+        refused = sorted(set(addresses) - set(allowed))
+        if refused != self.refused and refused:
+            log.warning("engine discovery refused addresses outside VLLM_DNS_NETWORKS",
+                        extra={"host": self.host, "refused": refused})
+        self.refused = refused
+        if refused and not allowed:  # what /health and a 503 say while the fleet is empty
+            self.last_error = f"every address {self.host} resolves to is outside VLLM_DNS_NETWORKS"
+        urls = sorted({self._url(address) for address in allowed})
         return [(url, self.api_key) for url in urls]
+
+    def _allowed(self, address: str) -> bool:
+        if not self.networks:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:  # a name: nothing to check it against
+            return False
+        return any(ip in network for network in self.networks)
 
     def _url(self, address: str) -> str:
         host = address.split("%", 1)[0]  # an IPv6 zone index is meaningless in a URL

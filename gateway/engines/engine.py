@@ -22,6 +22,7 @@ ends the run of ejections.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from urllib.parse import urlsplit
 
@@ -99,11 +100,16 @@ class Engine:
         return url
 
     def request_headers(self, request_id: str | None, content_type: str | None = None) -> dict[str, str]:
+        """The headers of one attempt. Its ``x-request-id`` is the request's id plus a suffix of its
+        own: vLLM takes the header as its request id and refuses (and multi-server engines have
+        crashed on, vllm #27711) a duplicate, and a client chooses its id, may reuse it, and one
+        request may be tried on several engines. The client's id stays the prefix, so the engine's
+        logs still lead back to the gateway's access log."""
         if request_id is None and content_type is None:
             return self.headers
         headers = dict(self.headers)
         if request_id is not None:
-            headers["x-request-id"] = request_id
+            headers["x-request-id"] = upstream_request_id(request_id)
         if content_type is not None:  # a body that is not JSON (multipart audio uploads)
             headers["content-type"] = content_type
         return headers
@@ -149,3 +155,9 @@ class Engine:
     def succeeded(self) -> None:
         if self.failures_in_a_row:
             self.failures_in_a_row = 0
+
+
+def upstream_request_id(request_id: str) -> str:
+    """``request_id`` made unique for one attempt at an engine (``<request_id>-<8 hex digits>``)."""
+    return f"{request_id}-{os.urandom(4).hex()}"
+

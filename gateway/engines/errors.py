@@ -1,8 +1,10 @@
-"""What can go wrong talking to an engine, as gateway errors a client can act on.
+"""What can go wrong talking to an engine, as failures a client can act on (``gateway.failures``).
 
-engine unreachable -> 503, engine too slow -> 504, engine broke the exchange -> 502. An HTTP
-error answered by the engine itself is :class:`EngineHTTPError`, carrying the engine's status
-and its raw body (relayed to clients as the engine wrote it).
+The engine unreachable (:class:`EngineUnavailable`, an ``Unavailable``), too slow
+(:class:`EngineTimeout`, a ``TimedOut``), or broke the exchange (:class:`BadGateway`, an
+``UpstreamFailed``); each protocol's error shape says which status answers them (503, 504,
+502). An HTTP error answered by the engine itself is :class:`EngineHTTPError`, carrying the
+engine's status and its raw body (relayed to clients as the engine wrote it).
 
 Each failure also has a ``kind`` (a short word, safe in metric labels and public bodies) that
 says what happened to the exchange; the fleet retries on another engine only the kinds that
@@ -17,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.http.errors import GatewayError
+from gateway.failures import Failure, TimedOut, Unavailable, UpstreamFailed
 
 # Failure kinds. A refused or timed-out connection, a reset or a closed connection, a broken
 # or garbled response: the engine produced nothing the client has seen, so another engine may
@@ -36,37 +38,38 @@ NO_ENGINE = "no_engine"
 RETRYABLE = frozenset({REFUSED, CONNECT_TIMEOUT, RESET, DISCONNECTED, BAD_RESPONSE})
 
 
-class EngineError(GatewayError):
+class EngineError(Failure):
     """The engine could not be used."""
 
     kind = "error"
 
 
-class EngineUnavailable(EngineError):
+class EngineUnavailable(EngineError, Unavailable):
     def __init__(self, message: str = "the inference engine is unavailable", *, kind: str = REFUSED) -> None:
-        super().__init__(503, message, code="engine_unavailable")
+        super().__init__(message, code="engine_unavailable")
         self.kind = kind
 
 
-class EngineTimeout(EngineError):
+class EngineTimeout(EngineError, TimedOut):
     def __init__(self, message: str = "the inference engine did not answer in time", *, kind: str = TIMEOUT) -> None:
-        super().__init__(504, message, code="engine_timeout")
+        super().__init__(message, code="engine_timeout")
         self.kind = kind
 
 
-class BadGateway(EngineError):
+class BadGateway(EngineError, UpstreamFailed):
     def __init__(self, message: str = "the inference engine sent an invalid response", *,
                  kind: str = BAD_RESPONSE) -> None:
-        super().__init__(502, message, code="bad_gateway")
+        super().__init__(message, code="bad_gateway")
         self.kind = kind
 
 
 class EngineHTTPError(EngineError):
-    """The engine answered with an HTTP error; ``body`` is its raw JSON bytes."""
+    """The engine answered with an HTTP error; ``upstream_status`` is its status, ``body`` its raw JSON bytes.
+
+    Error shapes relay an engine's 4xx with its own status and answer any other with 502."""
 
     def __init__(self, status: int, message: str, body: bytes, param: str | None = None, code: Any = None) -> None:
-        gateway_status = status if 400 <= status < 500 else 502
-        super().__init__(gateway_status, message, param=param, code=code if isinstance(code, str) else None)
+        super().__init__(message, param=param, code=code if isinstance(code, str) else None)
         self.upstream_status = status
         self.body = body
         self.kind = HTTP_503 if status == 503 else f"http_{status}"

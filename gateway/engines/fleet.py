@@ -82,6 +82,8 @@ class Fleet:
         self.metrics = metrics
         self.discovered = discovered  # members come from DNS: there may be many at any time
         self.replace(list(members))
+        if metrics is not None:
+            metrics.watch_models(self.ready_by_model)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics=None) -> Fleet:
@@ -125,6 +127,16 @@ class Fleet:
         self._by_id = wanted
         self.engines = list(wanted.values())
         return added
+
+    def ready_by_model(self) -> dict[str, int]:
+        """Every model an engine serves (or served before it went down) -> its engines that can take requests."""
+        now = time.monotonic()
+        counts: dict[str, int] = {}
+        for engine in self.engines:
+            routable = engine.routable(now)
+            for model in engine.models:
+                counts[model] = counts.get(model, 0) + routable
+        return counts
 
     def failed(self, engine: Engine, kind: str, message: str) -> None:
         """``engine`` failed a request: count it and give the engine a rest."""

@@ -12,18 +12,19 @@ mode" reasons the same way). An engine that is not ready never gets a request.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from gateway.config import Settings
 from gateway.engines.engine import Engine
 from gateway.engines.errors import NO_ENGINE, EngineUnavailable
 from gateway.engines.fleet import Fleet
 from gateway.engines.policies import Policy
+from gateway.engines.policies.affinity import AffinityPolicy
 from gateway.engines.policies.least_load import LeastLoad
 from gateway.engines.policies.prefix import PrefixAndLoad
 from gateway.engines.policies.round_robin import RoundRobin
-from gateway.engines.policies.session import SessionAffinity
 from gateway.engines.routing import RouteHints
+from gateway.http.metrics import counting
 
 EJECTED_FALLBACK = "ejected_fallback"
 
@@ -31,8 +32,8 @@ EJECTED_FALLBACK = "ejected_fallback"
 def make_policy(name: str, *, load_bound: float = 1.25) -> Policy:
     if name == "prefix":
         return PrefixAndLoad(load_bound=load_bound)
-    if name == "session":
-        return SessionAffinity(load_bound=load_bound)
+    if name in ("affinity", "session"):  # ("session": its name before, still accepted)
+        return AffinityPolicy(load_bound=load_bound)
     if name == "least_load":
         return LeastLoad()
     if name == "round_robin":
@@ -45,7 +46,11 @@ class Router:
         self.fleet = fleet
         self.policy = policy
         self._metrics = metrics
-        self._decisions: dict[str, object] = {}  # reason -> counter child
+        self._decisions: dict[str, Callable[[float], None]] = {}  # reason -> its counter child's inc
+        # The last pick's reason and candidates, for the trace's routing receipt (``gateway.tracing``),
+        # read right after ``pick`` returns (synchronously: no other pick in between).
+        self.last_reason: str | None = None
+        self.last_candidates: list[Engine] = []
 
     @classmethod
     def from_settings(cls, settings: Settings, fleet: Fleet, *, metrics=None) -> Router:
@@ -75,15 +80,16 @@ class Router:
                 return None
             engine, reason = min(ready, key=lambda e: e.ejected_until), EJECTED_FALLBACK
         self.count(reason)
+        self.last_reason, self.last_candidates = reason, candidates
         return engine
 
     def count(self, reason: str) -> None:
         if self._metrics is None:
             return
-        child = self._decisions.get(reason)
-        if child is None:
-            child = self._decisions[reason] = self._metrics.routing_decisions.labels(self.policy.name, reason)
-        child.inc()
+        inc = self._decisions.get(reason)
+        if inc is None:
+            inc = self._decisions[reason] = counting(self._metrics.routing_decisions.labels(self.policy.name, reason))
+        inc(1)
 
     def unavailable(self, route: RouteHints | None) -> EngineUnavailable:
         """The 503 for a request no engine can take."""

@@ -29,7 +29,7 @@ from gateway.engines.errors import BadGateway, EngineError, EngineTimeout, Engin
 from gateway.engines.fleet import Fleet
 from gateway.engines.routing import RouteHints
 from gateway.engines.scrape import parse_load
-from gateway.http.errors import GatewayError
+from gateway.failures import NotFound, Unavailable
 
 log = logging.getLogger("gateway.engine")
 
@@ -66,6 +66,22 @@ class EngineState:
         self.checked_at = 0.0
         self._refreshing: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every look at the engines and every read of their loads.
+
+        Flow control (``gateway.flow``) dispatches waiting requests then: an engine back, or
+        load gone elsewhere, frees slots no release of this gateway's announces.
+        """
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:  # one listener's failure must not stop the polling
+                log.exception("an engine-state listener failed")
 
     @property
     def engines(self) -> list[Engine]:
@@ -100,24 +116,20 @@ class EngineState:
     def resolve_model(self, requested: object) -> str | None:
         """The engine-side name for ``requested``; None if the engines serve it as is.
 
-        Raises a 404 (OpenAI's ``model_not_found``) listing valid names for an unknown
-        model, and 503 when no model is known yet or every engine serving it is down.
+        Raises ``NotFound`` (OpenAI's ``model_not_found``) listing valid names for an unknown
+        model, and ``Unavailable`` when no model is known yet or every engine serving it is down.
         """
         if not self.served_models:
-            raise GatewayError(503, "the inference engine is not ready (no model loaded yet)", code="engine_not_ready")
+            raise Unavailable("the inference engine is not ready (no model loaded yet)", code="engine_not_ready")
         if requested is None or requested in self.served_models:
             return None
         if requested in self.public_models:
             return self.default_model
         if isinstance(requested, str) and any(requested in engine.models for engine in self.fleet.engines):
-            raise GatewayError(503, f"every inference engine serving '{requested}' is down", code="engine_unavailable")
+            raise Unavailable(f"every inference engine serving '{requested}' is down", code="engine_unavailable")
         valid = ", ".join(self.public_models)
-        raise GatewayError(
-            404,
-            f"The model '{requested}' does not exist. Available models: {valid}",
-            param="model",
-            code="model_not_found",
-        )
+        raise NotFound(f"The model '{requested}' does not exist. Available models: {valid}", param="model",
+                       code="model_not_found")
 
     @property
     def continues_streams(self) -> bool:
@@ -189,6 +201,7 @@ class EngineState:
         finally:
             self.checked_at = time.monotonic()
             self._aggregate()
+            self._changed()
 
     async def _look(self, engine: Engine) -> None:
         pinned = RouteHints(engine=engine.id)
@@ -196,9 +209,7 @@ class EngineState:
             status, _ = await self._upstream.request_bytes("GET", "/health", timeout=LOOK_TIMEOUT, route=pinned)
             engine.reachable = True
             if status != 200:
-                error = EngineError(503, f"engine /health answered {status}")
-                error.kind = f"health_{status}"
-                raise error
+                raise EngineUnavailable(f"engine /health answered {status}", kind=f"health_{status}")
             models = await self._upstream.get_json("/v1/models", timeout=LOOK_TIMEOUT, route=pinned)
             cards = [m for m in models.get("data", []) if isinstance(m, dict) and m.get("id")]
             engine.cards = cards
@@ -246,6 +257,7 @@ class EngineState:
 
     async def scrape_all(self) -> None:
         await asyncio.gather(*(self._scrape(engine) for engine in list(self.fleet.engines) if engine.ready))
+        self._changed()
 
     async def discover(self) -> None:
         """Resolve the engines' DNS name now, and look at the engines that are new."""

@@ -8,6 +8,7 @@ engine to the fleet, which ejects it for a while, unless the gateway closed the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import aiohttp
 
@@ -33,9 +34,10 @@ class EngineStream:
     __slots__ = ("response", "_read", "status", "engine", "_fleet", "closed", "_reported")
 
     def __init__(self, response: aiohttp.ClientResponse, chunk_timeout: float, engine: Engine | None = None,
-                 fleet: Fleet | None = None) -> None:
+                 fleet: Fleet | None = None, on_first_bytes: Callable[[], None] | None = None) -> None:
+        """``on_first_bytes``: called once, when the first bytes of the body are read (time to first token)."""
         self.response = response
-        self._read = reader_of(response.content)
+        self._read = reader_of(response.content, on_first_bytes)
         self.status = response.status
         self.engine = engine  # which engine streams it (the fleet counts its open requests)
         self._fleet = fleet

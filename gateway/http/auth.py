@@ -15,6 +15,11 @@ marketplace catalogue; an ``APP_API_KEYS`` key (``app``) may also act for a feat
 also write the catalogue and reach the engine's admin routes. A feature may issue end-user
 tokens (:class:`TokenAuthenticator`): a principal of role ``user``, bound to one end user
 (``subject``), accepted only on the paths the feature names. Key ids: ``http.key_ids``.
+
+Keys kept in the database (``gateway.tenancy``, managed through ``/admin/keys``) have the same
+three roles plus a team, limits, a priority band and a weight, which their principal carries.
+A bearer token of their form (``sk-gw-...``) that is no configured key is looked up through
+``DatabaseKeys``, a :class:`TokenAuthenticator` for every path, via the resolver's cache.
 """
 
 from __future__ import annotations
@@ -27,8 +32,13 @@ from typing import Annotated, Literal, Protocol
 from fastapi import Depends, Request
 
 from gateway.config import Settings
+from gateway.http.context import SCOPE_KEY
 from gateway.http.errors import GatewayError
 from gateway.http.key_ids import key_id, secret_from_settings
+from gateway.tenancy.errors import StoreUnavailable
+from gateway.tenancy.ids import KEY_PREFIX
+from gateway.tenancy.model import DEFAULT_PRIORITY, DEFAULT_WEIGHT, NO_LIMITS, Limits, ResolvedKey, TeamLimits
+from gateway.tenancy.resolver import KeyResolver
 
 Role = Literal["read", "app", "admin", "user"]
 _RANK = {"user": 0, "read": 1, "app": 2, "admin": 3}
@@ -46,6 +56,18 @@ class Principal:
     role: Role
     subject: str | None = None  # role "user": the end user the token was issued for
     token_id: str | None = None  # role "user": the token's id (revocable)
+    # A database key's (gateway.tenancy): its team and the team's limits, its own limits, the
+    # models it may use (None: all), its priority band and fairness weight. Configured keys:
+    # no team, no limits, every model, the standard band.
+    team: TeamLimits | None = None
+    limits: Limits = NO_LIMITS
+    models: tuple[str, ...] | None = None
+    priority: str = DEFAULT_PRIORITY
+    weight: float = DEFAULT_WEIGHT
+
+    @property
+    def team_id(self) -> str | None:
+        return self.team.id if self.team is not None else None
 
     @property
     def can_write(self) -> bool:
@@ -96,12 +118,19 @@ class KeyRing:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "KeyRing":
-        return cls(read_keys=settings.api_keys, app_keys=settings.app_api_keys, write_keys=settings.admin_api_keys,
-                   secret=secret_from_settings(settings))
+        def revealed(keys) -> list[str]:
+            return [key.get_secret_value() for key in keys]
+
+        return cls(read_keys=revealed(settings.api_keys), app_keys=revealed(settings.app_api_keys),
+                   write_keys=revealed(settings.admin_api_keys), secret=secret_from_settings(settings))
 
     @property
     def enabled(self) -> bool:
         return bool(self._entries)
+
+    @property
+    def key_ids(self) -> frozenset[str]:
+        return frozenset(principal.key_id for _, principal in self._entries)
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal for ``token``, or None. Checks every key (constant time per key)."""
@@ -126,6 +155,34 @@ class TokenAuthenticator(Protocol):
     path_prefixes: tuple[str, ...]
 
     async def authenticate(self, token: str) -> Principal | None: ...
+
+
+def principal_of(key: ResolvedKey) -> Principal:
+    """The principal of a database key."""
+    return Principal(key_id=key.id, role=key.role, team=key.team, limits=key.limits, models=key.models,
+                     priority=key.priority, weight=key.weight)
+
+
+class DatabaseKeys:
+    """Keys kept in the database, as a :class:`TokenAuthenticator` for every path.
+
+    The middleware asks it about a bearer token of the database keys' form that is no
+    configured key. The key store being unreachable for a key not in the cache is a 503.
+    """
+
+    token_prefix = KEY_PREFIX
+    path_prefixes = ("/",)
+
+    def __init__(self, resolver: KeyResolver) -> None:
+        self.resolver = resolver
+
+    async def authenticate(self, token: str) -> Principal | None:
+        try:
+            key = await self.resolver.resolve(token)
+        except StoreUnavailable:
+            raise GatewayError(503, "the key store is unavailable: this key cannot be checked now, retry shortly",
+                               code="key_store_unavailable", headers={"retry-after": "1"})
+        return principal_of(key) if key is not None else None
 
 
 API_KEY_HEADER = b"x-api-key"
@@ -159,7 +216,8 @@ def bearer_token(authorization: bytes | None) -> str | None:
 # dependencies in its thread pool, a thread hop per request on the hot path.
 async def get_caller(request: Request) -> Principal:
     """The principal the auth middleware attached to this request: an API key's or an end-user token's."""
-    principal = request.scope.get("state", {}).get("principal")
+    context = request.scope.get(SCOPE_KEY)
+    principal = context.principal if context is not None else None
     if principal is None:  # a route reached without the middleware (misconfiguration)
         raise GatewayError(401, "missing credentials", code="invalid_api_key")
     return principal

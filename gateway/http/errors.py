@@ -1,8 +1,10 @@
-"""One error type, the error shapes clients parse, and the handlers that make every error leave in one.
+"""HTTP errors, the error shapes clients parse, and the handlers that make every failure leave in one.
 
-Every failure inside the gateway is a :class:`GatewayError` (status, message, the field it
-is about). How it is written depends on the route family, because each family's clients
-parse their own shape:
+The layers below the protocols raise status-free failures (``gateway.failures``); the HTTP edge
+(the middleware, the protocols' own request checks) raises :class:`GatewayError`, a failure
+with its status. An error shape is where one route family turns any failure into its answer:
+the status (:data:`STATUSES`, which a shape may override) and the body, because each family's
+clients parse their own shape:
 
 - OpenAI routes: ``{"error": {"message", "type", "param", "code"}}``, which the OpenAI SDK
   turns into its typed exceptions; validation failures are a 400 in that envelope.
@@ -17,13 +19,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+
+from gateway.failures import (
+    Conflict,
+    Failure,
+    Gone,
+    Invalid,
+    LimitReached,
+    NotFound,
+    TimedOut,
+    Unavailable,
+    UpstreamFailed,
+)
 
 log = logging.getLogger("gateway.errors")
 
@@ -36,6 +50,8 @@ ERROR_TYPES = {
     409: "conflict_error",
     410: "gone_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
+    421: "permission_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
@@ -48,8 +64,8 @@ ERROR_TYPES = {
 JSON_CONTENT_TYPE = b"application/json"
 
 
-class GatewayError(Exception):
-    """An error with an HTTP status that the handlers render in the route's shape."""
+class GatewayError(Failure):
+    """A failure with its HTTP status, raised at the HTTP edge; the handlers render it in the route's shape."""
 
     def __init__(
         self,
@@ -61,11 +77,8 @@ class GatewayError(Exception):
         type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, param=param, code=code)
         self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
         self.type = type or ERROR_TYPES.get(status, "server_error")
         self.headers = headers or {}
 
@@ -77,15 +90,43 @@ def error_envelope(message: str, type: str, *, param: str | None = None, code: s
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+# The status of each kind of failure (``gateway.failures``), unless a shape says otherwise.
+STATUSES: dict[type[Failure], int] = {
+    Invalid: 400, NotFound: 404, Conflict: 409, Gone: 410, LimitReached: 429,
+    UpstreamFailed: 502, Unavailable: 503, TimedOut: 504,
+}
+
+
+def http_error(failure: Failure, statuses: dict[type[Failure], int] = STATUSES) -> GatewayError:
+    """``failure`` as the HTTP error that answers it (a ``GatewayError`` as it is)."""
+    if isinstance(failure, GatewayError):
+        return failure
+    upstream = getattr(failure, "upstream_status", None)  # the engine's own refusal: its 4xx passes through
+    if upstream is not None:
+        status = upstream if 400 <= upstream < 500 else 502
+    else:
+        status = next((statuses[kind] for kind in type(failure).__mro__ if kind in statuses), 500)
+    headers = {"retry-after": f"{failure.retry_after:g}"} if failure.retry_after is not None else None
+    error = GatewayError(status, failure.message, param=failure.param, code=failure.code, headers=headers)
+    error.__cause__ = failure
+    return error
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorShape:
-    """How one route family writes an error: the body, and what a validation failure becomes."""
+    """How one route family answers a failure: its status, its body, and what a validation failure becomes.
+
+    The one place where a protocol maps the gateway's failures to HTTP."""
 
     name: str
     body: Callable[[GatewayError], bytes]
     # True: a request that fails validation is a 400 in this shape (OpenAI, Anthropic);
     # False: FastAPI's own 422 with the list of errors, each naming its field.
     validation_is_400: bool
+    statuses: dict[type[Failure], int] = field(default_factory=lambda: STATUSES)
+
+    def http(self, failure: Failure) -> GatewayError:
+        return http_error(failure, self.statuses)
 
 
 OPENAI_SHAPE = ErrorShape("openai", lambda error: orjson.dumps(error.envelope()), validation_is_400=True)
@@ -116,17 +157,20 @@ class ErrorShapes:
                 return shape
         return self.default
 
-    def response(self, path: str, error: GatewayError) -> Response:
-        body = self.for_path(path).body(error)
-        return Response(body, status_code=error.status, media_type="application/json", headers=error.headers)
+    def response(self, path: str, failure: Failure) -> Response:
+        shape = self.for_path(path)
+        error = shape.http(failure)
+        return Response(shape.body(error), status_code=error.status, media_type="application/json",
+                        headers=error.headers)
 
-    async def send(self, path: str, error: GatewayError, send) -> None:
+    async def send(self, path: str, error: Failure, send) -> None:
         """Answer with ``error`` as raw ASGI messages (for code below FastAPI's handlers)."""
         await send_error(self.for_path(path), error, send)
 
 
-async def send_error(shape: ErrorShape, error: GatewayError, send) -> None:
-    """Answer with ``error`` in ``shape``, as raw ASGI messages."""
+async def send_error(shape: ErrorShape, failure: Failure, send) -> None:
+    """Answer with ``failure`` in ``shape``, as raw ASGI messages."""
+    error = shape.http(failure)
     body = shape.body(error)
     headers = [(b"content-type", JSON_CONTENT_TYPE), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
@@ -167,8 +211,8 @@ def json_safe(value: object) -> object:
 
 
 def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+    @app.exception_handler(Failure)
+    async def _gateway_error(request: Request, exc: Failure) -> Response:
         return shapes.response(request.url.path, exc)
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,8 +1,8 @@
 """Structured JSON logs with the request id on every line.
 
-The request id lives in a context variable set by the ASGI middleware, so any
-log call made while serving a request (in the route, the relay, a service)
-carries it without being passed around.
+The request's context (``http.context``) sits in the one context variable the middleware
+sets, because logging can be reached no other way: any log call made while serving a
+request (in the route, the relay, a service) carries its id without being passed around.
 
 The access line (one per request) is written by :class:`AccessLog`: when the JSON handler
 ``configure_logging`` installed is the only place the record would go (the served gateway),
@@ -14,14 +14,14 @@ non-streamed request were the access line); with any other handler or filter on 
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import sys
 import time
 
 import orjson
 
-request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+from gateway.http.context import current
+from gateway.tracing.hooks import trace_id
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "color_message"}
 # A record with exactly one extra (``fields``) has this many attributes.
@@ -47,9 +47,12 @@ class JsonFormatter(logging.Formatter):
         """A line's first fields (the request id's included)."""
         entry: dict[str, object] = {"ts": self.timestamp(created, msecs), "level": level, "logger": logger,
                                     "msg": message}
-        request_id = request_id_var.get()
-        if request_id is not None:
-            entry["request_id"] = request_id
+        request = current.get()
+        if request is not None:
+            entry["request_id"] = request.request_id
+            traced = trace_id(request)
+            if traced is not None:
+                entry["trace_id"] = traced
         return entry
 
     def format(self, record: logging.LogRecord) -> str:

@@ -12,7 +12,10 @@ still stop its generations. A bearer token that is no key may be a feature's end
 public path needs no key, but a valid key sent to one is still
 recognised (``/health`` shows its details only to callers it knows). With ``CORS_ORIGINS``
 set, a browser's preflight is answered first, before the body limit, auth and admission (it
-carries no key), and answers to allowed origins say so (``http.cors``).
+carries no key), and answers to allowed origins say so (``http.cors``). A web page may not drive
+the gateway: a body that is not JSON (or multipart where the route takes it) is refused, and a
+keyless gateway answers only requests addressed to this machine (``http.browser_guards``).
+``/metrics`` is for an admin key or a ``METRICS_API_KEYS`` key.
 
 A request that returns without starting a response is one whose client left
 first: it is counted and logged as 499 (nginx's "client closed request"), so
@@ -25,11 +28,14 @@ import logging
 import os
 import re
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.http import queueing
 from gateway.http.admission import Admission, ControlRequests, too_many_requests
+from gateway.http.api_docs import ASSET_PATHS
 from gateway.http.auth import (
     API_KEY_HEADER,
     LOCAL_PRINCIPAL,
@@ -39,23 +45,25 @@ from gateway.http.auth import (
     bearer_token,
     request_keys,
 )
+from gateway.http.browser_guards import HostCheck, content_type_refusal
+from gateway.http.context import SCOPE_KEY, RequestContext, StartHook, current
 from gateway.http.cors import PREFLIGHT, CorsPolicy, is_preflight
 from gateway.http.errors import ErrorShapes, GatewayError
-from gateway.http.logs import AccessLog, request_id_var
+from gateway.http.logs import AccessLog
 from gateway.http.metrics import Metrics
-from gateway.http.timing import ENGINE_WAIT, serving_scope
+from gateway.tracing.hooks import request_ended
+
+if TYPE_CHECKING:
+    from gateway.tracing.provider import Tracing
 
 log = logging.getLogger("gateway.access")
 access_log = AccessLog(log)
 
-ALWAYS_PUBLIC = frozenset({"/health", "/livez", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+ALWAYS_PUBLIC = frozenset({"/", "/health", "/livez", "/readyz", "/docs", "/openapi.json"}) | ASSET_PATHS
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 CLIENT_CLOSED_REQUEST = 499
-# The server's own ``send``, kept in the scope: once a response has started (its headers went
-# through every wrapper, this middleware's included), a stream may send its body messages
-# here directly, skipping one Python call per body (measured: bench/instructions.py). A wrapper
-# that must see body messages replaces this entry with itself wrapped around it.
-SERVER_SEND = "gateway.server_send"
+AFFINITY_HEADER = b"x-session-affinity"  # requests naming the same value stick to one engine
+MAX_AFFINITY_KEY = 256
 
 
 def new_request_id() -> str:
@@ -63,7 +71,7 @@ def new_request_id() -> str:
     return os.urandom(12).hex()
 
 
-class GatewayMiddleware:
+class GatewayMiddleware(StartHook):
     def __init__(
         self,
         app: ASGIApp,
@@ -74,13 +82,21 @@ class GatewayMiddleware:
         error_shapes: ErrorShapes,
         max_body_bytes: int,
         metrics_require_auth: bool,
+        body_limits: Mapping[str, tuple[int, str]] | None = None,
         access_log: bool = True,
         public_paths: frozenset[str] = frozenset(),
         control_requests: ControlRequests | None = None,
         cors: CorsPolicy | None = None,
         token_authenticators: tuple[TokenAuthenticator, ...] = (),
+        host_check: HostCheck | None = None,
+        multipart_paths: frozenset[str] = frozenset(),
+        metrics_keys: KeyRing | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
+        # A router that takes the request's context (``RawRouter.dispatch``) is called with it;
+        # any other ASGI app gets the scope, and FastAPI routes find the context there.
+        self._dispatch = getattr(app, "dispatch", None)
         self.keyring = keyring
         self.token_authenticators = token_authenticators
         self.admission = admission
@@ -90,12 +106,18 @@ class GatewayMiddleware:
                                            max_inflight_per_key=admission.max_inflight_per_key)
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        # Paths with a body limit of their own instead (the file upload): path -> (bytes, the setting's name).
+        self.body_limits = dict(body_limits or {})
         # ``public_paths``: exact paths features serve without a key (the playground's files).
         public = ALWAYS_PUBLIC | public_paths
         self.public = public if metrics_require_auth else public | {"/metrics"}
         self.access_log = access_log
         self.error_shapes = error_shapes
         self.cors = cors
+        self.host_check = host_check  # a keyless gateway's: only requests addressed to this machine
+        self.multipart_paths = multipart_paths
+        self.metrics_keys = metrics_keys
+        self.tracing = tracing  # None: off (docs/tracing.md)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,7 +125,7 @@ class GatewayMiddleware:
             return
 
         started = time.perf_counter()
-        authorization = api_key = request_id = content_length = origin = None
+        authorization = api_key = request_id = content_length = origin = affinity = host = content_type = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
@@ -115,56 +137,58 @@ class GatewayMiddleware:
                 content_length = value
             elif name == b"origin":
                 origin = value
+            elif name == AFFINITY_HEADER:
+                affinity = value[:MAX_AFFINITY_KEY].decode("latin-1") or None
+            elif name == b"host":
+                host = value
+            elif name == b"content-type":
+                content_type = value
         if request_id is None or not REQUEST_ID_OK.match(request_id):
             request_id = new_request_id()
-        token = request_id_var.set(request_id)
-        scope[ENGINE_WAIT] = 0.0
-        scope[SERVER_SEND] = send
-        scope_token = serving_scope.set(scope)
-        state = scope.setdefault("state", {})
-        state["request_id"] = request_id
+        request = RequestContext(request_id, scope=scope, receive=receive, server_send=send, affinity_key=affinity,
+                                 hook=self, shapes=self.error_shapes, started=started)
+        if self.cors is not None:
+            request.response_headers = self.cors.response_headers(origin)
+        scope[SCOPE_KEY] = request
+        token = current.set(request)
+        trace = self.tracing.begin(request, scope) if self.tracing is not None else None
 
-        status_holder: list[int | None] = [None]
         metrics = self.metrics
-        rid_header = (b"x-request-id", request_id.encode())
-        cors_headers = self.cors.response_headers(origin) if self.cors is not None else ()
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status_holder[0] = message["status"]
-                added = time.perf_counter() - started - scope[ENGINE_WAIT]
-                metrics.overhead.observe(added)
-                headers = list(message.get("headers", ()))
-                headers.append(rid_header)
-                headers.append((b"x-gateway-added-ms", f"{added * 1000:.3f}".encode()))
-                headers.extend(cors_headers)
-                message = {**message, "headers": headers}
-            await send(message)
-
         path = scope["path"]
         key_id = "-"
         admitted: Admission | None = None  # the pool that admitted the request
         try:
-            if self.cors is not None and is_preflight(scope):
-                scope["route"] = PREFLIGHT
+            refusal = self.host_check.refusal(host) if self.host_check is not None else None
+            if refusal is not None:
+                metrics.rejected.labels("host").inc()
+            elif self.cors is not None and is_preflight(scope):
+                scope["route"] = PREFLIGHT  # (the metrics label; routes set it so too)
                 headers = self.cors.preflight_headers(origin, scope)
                 if headers is not None:
                     # Straight to the server: the preflight's own headers, not an actual answer's.
-                    status_holder[0] = 204
+                    request.status = 204
                     await send({"type": "http.response.start", "status": 204, "headers": headers})
                     await send({"type": "http.response.body", "body": b""})
                     return
                 refusal = self._refused_origin(origin)
             else:
-                refusal = self._check_body_size(content_length)
+                limit = self.body_limits.get(path) if self.body_limits else None
+                refusal = self._check_body_size(content_length, limit) or content_type_refusal(
+                    scope["method"], content_type, path, self.multipart_paths)
             if refusal is None and path not in self.public:
-                principal, refusal = self._authenticate(authorization, api_key)
+                if path == "/metrics":
+                    principal, refusal = self._metrics_reader(authorization, api_key)
+                else:
+                    principal, refusal = self._authenticate(authorization, api_key)
                 if principal is None and self.token_authenticators:
-                    principal, refusal = await self._end_user(path, authorization, refusal)
+                    principal, refusal = await self._end_user(path, authorization, refusal, api_key)
+                if principal is not None and path == "/metrics" and not self._may_read_metrics(principal):
+                    principal, refusal = None, GatewayError(
+                        403, "/metrics needs an admin key or a METRICS_API_KEYS key", code="permission_denied")
                 if principal is None and refusal is not None and refusal.status == 401:
                     metrics.rejected.labels("auth").inc()
                 if principal is not None:
-                    state["principal"] = principal
+                    request.principal = principal
                     key_id = principal.key_id
                     if path != "/metrics":
                         pool = self.control_admission if self.control_requests.matches(scope["method"], path) \
@@ -176,38 +200,54 @@ class GatewayMiddleware:
                             metrics.rejected.labels("admission").inc()
                             refusal = too_many_requests(reason)
             elif refusal is None:
-                state["principal"] = self._recognise(authorization, api_key)
+                request.principal = self._recognise(authorization, api_key)
             if refusal is not None:
-                await self.error_shapes.send(path, refusal, send_with_headers)
+                await self.error_shapes.send(path, refusal, request.send)
                 return
             if content_length is None and scope["method"] in ("POST", "PUT", "PATCH"):
-                receive = self._limited(receive)
-            await self.app(scope, receive, send_with_headers)
-            if status_holder[0] is None:
-                status_holder[0] = CLIENT_CLOSED_REQUEST
+                request.receive = self._limited(receive, self.body_limits.get(path) if self.body_limits else None)
+            if self._dispatch is not None:
+                await self._dispatch(request)
+            else:
+                await self.app(scope, request.receive, request.send)
+            if request.status is None:
+                request.status = CLIENT_CLOSED_REQUEST
         finally:
             if admitted is not None:
                 admitted.leave(key_id)
-            if status_holder[0] is None:
-                status_holder[0] = 500  # the app raised before answering
+            status = request.status
+            if status is None:
+                status = 500  # the app raised before answering
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
+            route = request.route or scope.get("route")
             route_label = getattr(route, "path", "unmatched")
-            metrics.observe_request(route_label, status_holder[0], elapsed)
+            metrics.observe_request(route_label, status, elapsed)
+            request_ended(trace, request, status)
             if self.access_log:
                 access_log.write({
                     "method": scope["method"],
                     "path": path,
-                    "status": status_holder[0],
+                    "status": status,
                     "ms": round(elapsed * 1000, 3),
-                    "upstream_ms": round(scope[ENGINE_WAIT] * 1000, 3),
+                    "upstream_ms": round(request.engine_wait * 1000, 3),
+                    "queue_ms": queueing.wait_ms(request),
                     "key_id": key_id,
                 })
-            request_id_var.reset(token)
-            serving_scope.reset(scope_token)
-            # The server's send is a method of the object that holds this scope: left in it, the
-            # pair would be a reference cycle that outlives every request until a full collection.
-            scope.pop(SERVER_SEND, None)
+            current.reset(token)
+            # The scope and its context refer to each other (and the context to the server's send, a
+            # method of the object that holds this scope): left so, they would be a reference cycle
+            # that outlives every request until a full collection.
+            del scope[SCOPE_KEY]
+            request.scope = request.receive = request.server_send = None
+
+    def started(self, request: RequestContext, message: Message) -> Message:
+        """The response start with the request's id, the gateway's own time and CORS headers (``StartHook``)."""
+        added = time.perf_counter() - request.started - request.engine_wait
+        self.metrics.observe_overhead(added)
+        # One list built in one step (the message's own headers may be a shared constant).
+        headers = [*message.get("headers", ()), (b"x-request-id", request.request_id.encode()),
+                   (b"x-gateway-added-ms", b"%.3f" % (added * 1000)), *request.response_headers]
+        return {**message, "headers": headers}
 
     def _authenticate(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
         if not self.keyring.enabled:
@@ -225,10 +265,27 @@ class GatewayMiddleware:
             )
         return principal, None
 
-    async def _end_user(self, path: str, authorization: bytes | None,
-                        refusal: GatewayError | None) -> tuple[Any, GatewayError | None]:
-        """An end-user token's principal, if the bearer token is one and may call ``path``."""
+    def _metrics_reader(self, authorization: bytes | None, api_key: bytes | None) -> tuple[Any, GatewayError | None]:
+        """``/metrics`` (every key's usage): an admin key, or one of ``METRICS_API_KEYS`` (a scraper's)."""
+        if self.metrics_keys is not None:
+            for key in request_keys(authorization, api_key):
+                principal = self.metrics_keys.authenticate(key)
+                if principal is not None:
+                    return principal, None
+        return self._authenticate(authorization, api_key)
+
+    def _may_read_metrics(self, principal: Any) -> bool:
+        return principal.role == "admin" or (self.metrics_keys is not None
+                                             and principal.key_id in self.metrics_keys.key_ids)
+
+    async def _end_user(self, path: str, authorization: bytes | None, refusal: GatewayError | None,
+                        api_key: bytes | None = None) -> tuple[Any, GatewayError | None]:
+        """An end-user token's (or a database key's) principal, if the token sent is one and may call ``path``.
+
+        The bearer token, else the ``x-api-key`` (Anthropic's clients send a database key there)."""
         token = bearer_token(authorization)
+        if token is None and api_key is not None:
+            token = api_key.decode("latin-1").strip() or None
         if token is None:
             return None, refusal
         for authenticator in self.token_authenticators:
@@ -268,25 +325,27 @@ class GatewayMiddleware:
                 return principal
         return None
 
-    def _check_body_size(self, content_length: bytes | None) -> GatewayError | None:
+    def _check_body_size(self, content_length: bytes | None,
+                         own: tuple[int, str] | None = None) -> GatewayError | None:
         if content_length is None:
             return None
         try:
             size = int(content_length)
         except ValueError:
             return GatewayError(400, "invalid Content-Length header", param="content-length")
-        if size > self.max_body_bytes:
+        limit, setting = own or (self.max_body_bytes, "MAX_BODY_BYTES")
+        if size > limit:
             self.metrics.rejected.labels("body_size").inc()
             return GatewayError(
                 413,
-                f"request body of {size} bytes exceeds the limit of {self.max_body_bytes} bytes",
+                f"request body of {size} bytes exceeds the limit of {limit} bytes ({setting})",
                 code="request_too_large",
             )
         return None
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, own: tuple[int, str] | None = None) -> Receive:
         """Wrap ``receive`` so a chunked body larger than the limit fails with 413."""
-        limit = self.max_body_bytes
+        limit, setting = own or (self.max_body_bytes, "MAX_BODY_BYTES")
         seen = 0
 
         async def limited_receive() -> Message:
@@ -297,7 +356,7 @@ class GatewayMiddleware:
                 if seen > limit:
                     self.metrics.rejected.labels("body_size").inc()
                     raise GatewayError(
-                        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+                        413, f"request body exceeds the limit of {limit} bytes ({setting})", code="request_too_large"
                     )
             return message
 

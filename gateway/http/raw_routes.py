@@ -10,10 +10,10 @@ declaration
 - :func:`document_raw_routes` adds them to the OpenAPI document, so ``/docs`` shows exactly
   what is served, and nothing is registered twice.
 
-A raw handler is ``async (scope, receive, send) -> None``; the principal is in
-``scope["state"]["principal"]`` and template parameters in ``scope["path_params"]``. Errors
-it raises (before starting its response) leave in the route's error shape, never as a
-bare 500.
+A raw handler is ``async (request) -> None``, given the request's context
+(``http.context.RequestContext``: its principal, the route, template parameters in
+``path_params``, how to read the body and answer). Errors it raises (before starting its
+response) leave in the route's error shape, never as a bare 500.
 """
 
 from __future__ import annotations
@@ -21,28 +21,21 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.failures import Failure
 from gateway.http.admission import CONTROL_EXTRA, ControlRequests
+from gateway.http.context import SCOPE_KEY, RequestContext
 from gateway.http.errors import ErrorShape, ErrorShapes, GatewayError, send_error
 
 log = logging.getLogger("gateway.routes")
 
-RawHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
+RawHandler = Callable[[RequestContext], Awaitable[None]]
 _PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)}")
-
-
-class RouteLabel:
-    """Stands in for the matched route in ``scope["route"]`` (metrics and logs read ``.path``)."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
 
 @dataclass(frozen=True)
@@ -58,10 +51,7 @@ class RawRoute:
     request_schema: dict[str, Any] | None = None  # OpenAPI schema of a JSON body, for /docs only
     streams: bool = False          # may answer text/event-stream
     control: bool = False          # a control request: admitted in its own pool (gateway.http.admission)
-    label: RouteLabel = field(init=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "label", RouteLabel(self.path))
+    multipart: bool = False        # takes multipart/form-data (every other route: JSON; http.browser_guards)
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -88,41 +78,48 @@ class RawRouter:
                     self._methods.setdefault(path, set()).add(route.method)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            route = self._exact.get((scope["method"], scope["path"]))
-            if route is None and self._templated:
-                route = self._match(scope)
-            if route is not None:
-                # Served here rather than in a helper coroutine: every coroutine in the chain
-                # is resumed each time the request waits on the engine.
-                # A raw handler raises only before it starts its response (after that, errors are
-                # in-band: an SSE error event); so an exception here can always become an answer.
-                scope["route"] = route.label
-                try:
-                    await route.handler(scope, receive, send)
-                except GatewayError as error:
-                    await send_error(route.error_shape, error, send)
-                except Exception:
-                    log.exception("unhandled error", extra={"path": scope["path"]})
-                    await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), send)
-                return
-            allowed = self._methods.get(scope["path"])
-            if allowed is not None and scope["method"] not in allowed:
-                route = next(r for r in self.routes if scope["path"] in r.paths)
-                error = GatewayError(405, f"method {scope['method']} is not allowed on {scope['path']}",
-                                     headers={"allow": ", ".join(sorted(allowed))})
-                await send_error(route.error_shape, error, send)
-                return
+        if scope["type"] == "http" and SCOPE_KEY in scope:
+            await self.dispatch(scope[SCOPE_KEY])
+            return
         await self.app(scope, receive, send)
 
-    def _match(self, scope: Scope) -> RawRoute | None:
+    async def dispatch(self, request: RequestContext) -> None:
+        """Serve ``request`` (its context, from the gateway middleware)."""
+        scope = request.scope
         method, path = scope["method"], scope["path"]
+        route = self._exact.get((method, path))
+        if route is None and self._templated:
+            route = self._match(request, method, path)
+        if route is not None:
+            # Served here rather than in a helper coroutine: every coroutine in the chain
+            # is resumed each time the request waits on the engine.
+            # A raw handler raises only before it starts its response (after that, errors are
+            # in-band: an SSE error event); so an exception here can always become an answer.
+            request.route = route
+            try:
+                await route.handler(request)
+            except Failure as error:
+                await send_error(route.error_shape, error, request.send)
+            except Exception:
+                log.exception("unhandled error", extra={"path": path})
+                await send_error(route.error_shape, GatewayError(500, "internal error in the gateway"), request.send)
+            return
+        allowed = self._methods.get(path)
+        if allowed is not None and method not in allowed:
+            route = next(r for r in self.routes if path in r.paths)
+            error = GatewayError(405, f"method {method} is not allowed on {path}",
+                                 headers={"allow": ", ".join(sorted(allowed))})
+            await send_error(route.error_shape, error, request.send)
+            return
+        await self.app(scope, request.receive, request.send)
+
+    def _match(self, request: RequestContext, method: str, path: str) -> RawRoute | None:
         for pattern, route in self._templated:
             if route.method != method:
                 continue
             found = pattern.fullmatch(path)
             if found is not None:
-                scope["path_params"] = found.groupdict()
+                request.path_params = found.groupdict()
                 return route
         return None
 
@@ -134,6 +131,21 @@ def control_requests(raw_routes: list[RawRoute], routes: list[Any]) -> ControlRe
         if isinstance(route, APIRoute) and (route.openapi_extra or {}).items() >= CONTROL_EXTRA.items():
             pairs += [(method, route.path) for method in route.methods]
     return ControlRequests(pairs)
+
+
+# A FastAPI route whose body is multipart/form-data says so in its OpenAPI entry (``openapi_extra``).
+MULTIPART_EXTRA = {"requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object"}}}}}
+
+
+def multipart_paths(raw_routes: list[RawRoute], routers: list[Any]) -> frozenset[str]:
+    """The paths that take multipart bodies: raw routes marked ``multipart``, FastAPI's with ``MULTIPART_EXTRA``."""
+    paths = {path for route in raw_routes if route.multipart for path in route.paths}
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and "multipart/form-data" in (
+                    (route.openapi_extra or {}).get("requestBody", {}).get("content", {})):
+                paths.add(route.path)
+    return frozenset(paths)
 
 
 def register_shapes(shapes: ErrorShapes, routes: list[RawRoute]) -> None:

@@ -1,10 +1,14 @@
-"""Liveness, readiness and metrics.
+"""Liveness, readiness and metrics, and what the gateway is (``/``).
+
+``GET /`` and ``HEAD /`` answer 200 with a small description (what the gateway serves and
+where its docs are; no model, no address): clients probe the base URL before they start
+(Claude Code sends ``HEAD /``), and a person opening the URL learns where to go.
 
 ``/health`` keeps the Stack 2.9 shape (``status``, ``model_loaded``, ...) and adds
 readiness details; it always answers 200 while the gateway lives. ``/readyz`` answers
 503 until an engine is ready, for load balancers. ``features`` gives each feature's own
 ``status()`` (``ready`` and what it says of itself); a feature that is not ready (the
-marketplace while its database is down) leaves ``/readyz`` at 200, since the core serves
+marketplace while its database is down) leaves ``/readyz`` at 200, since the gateway serves
 ``/v1`` and the feature answers its own routes with 503s meanwhile. None of them ever waits on a
 generation: they read the engine state, which is refreshed with a short timeout when
 older than a second.
@@ -31,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.core import Core
 from gateway.engines.device import reported_device
 from gateway.engines.engine import Engine
+from gateway.http.context import SCOPE_KEY
 
 
 class ReportsStatus(Protocol):
@@ -65,6 +70,13 @@ def health_router(core: Core, features: Sequence[ReportsStatus] = ()) -> APIRout
             "features": {feature.name: feature.status() for feature in features},
         }
 
+    # HEAD answers as GET (Claude Code probes it); kept out of the schema, where FastAPI would
+    # give both methods of one route the same operation id.
+    @router.get("/", summary="What this gateway is and where its APIs are")
+    @router.head("/", include_in_schema=False)
+    async def root() -> dict:
+        return DESCRIPTION
+
     @router.get("/health", summary="Gateway liveness and engine readiness (Stack 2.9 shape; details with a key)")
     async def health(request: Request) -> dict:
         status = await engine_status()
@@ -87,9 +99,23 @@ def health_router(core: Core, features: Sequence[ReportsStatus] = ()) -> APIRout
     return router
 
 
+DESCRIPTION = {
+    "name": "stack-gateway",
+    "description": "OpenAI- and Anthropic-compatible gateway in front of vLLM engines",
+    "apis": {
+        "openai": "/v1 (chat/completions, completions, responses, models, embeddings)",
+        "anthropic": "/v1/messages (base URL without /v1)",
+        "stack": "/generate, /chat, /model-info",
+    },
+    "docs": "/docs",
+    "health": "/health",
+}
+
+
 def knows(request: Request) -> bool:
     """Whether the caller sent a valid key (the middleware recognises one even on a public path)."""
-    return request.scope.get("state", {}).get("principal") is not None
+    context = request.scope.get(SCOPE_KEY)
+    return context is not None and context.principal is not None
 
 
 def public_health(ready: bool) -> dict:

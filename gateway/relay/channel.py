@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from starlette.types import Receive, Send
 
+from gateway.http.context import RequestContext
 from gateway.http.disconnect import DisconnectWatcher, nobody
-from gateway.http.middleware import SERVER_SEND
 from gateway.relay.sse import KEEPALIVE_FRAME, SSE_HEADERS
 
 
@@ -23,10 +23,12 @@ class ClientChannel:
     __slots__ = ("_send", "_body_send", "_receive", "_keepalive_seconds", "_watcher", "_written", "_seen", "started",
                  "closed")
 
-    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float, scope: dict | None = None) -> None:
+    def __init__(self, send: Send, receive: Receive, *, keepalive_seconds: float,
+                 body_send: Send | None = None) -> None:
         self._send = send
-        # Body messages go straight to the server once the head went out (``SERVER_SEND``).
-        self._body_send = scope.get(SERVER_SEND, send) if scope is not None else send
+        # Body messages go straight to the server once the head went out (the request's ``server_send``:
+        # one Python call less per body than through every wrapper; measured in bench/instructions.py).
+        self._body_send = body_send or send
         self._receive = receive
         self._keepalive_seconds = keepalive_seconds
         self._watcher: DisconnectWatcher | None = None
@@ -34,6 +36,18 @@ class ClientChannel:
         self._seen = -1
         self.started = False
         self.closed = False
+
+    @classmethod
+    def of(cls, request: RequestContext, *, keepalive_seconds: float, send: Send | None = None,
+           receive: Receive | None = None) -> ClientChannel:
+        """The channel to ``request``'s client (``send``/``receive``: those of an ASGI app in between, if any)."""
+        return cls(send or request.send, receive or request.receive, keepalive_seconds=keepalive_seconds,
+                   body_send=request.server_send)
+
+    @property
+    def head_send(self) -> Send:
+        """Where the response start goes (an answer other than the stream, before it started: an error)."""
+        return self._send
 
     @property
     def gone(self) -> bool:

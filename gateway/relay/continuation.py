@@ -1,7 +1,7 @@
-"""A stream that survives its engine, the streaming core's part: produce it again elsewhere, skip what was sent.
+"""A stream that survives its engine, the relay's part: what a protocol supplies to produce it again elsewhere.
 
-When an engine dies or stalls in the middle of a resumable stream, the session producer
-(``sessions.producer``) asks the stream's :class:`Continuation` (supplied by its protocol,
+When an engine dies or stalls in the middle of a resumable stream, the runner
+(``relay.switch``) asks the stream's :class:`Continuation` (supplied by its protocol,
 which knows what its events mean) for a :class:`Replay`: an engine request that produces the
 same stream again, and a filter for that request's events that drops what clients already
 have (every event in the session's log) and restyles the rest as the original stream's own.
@@ -12,10 +12,11 @@ A replay is exact only when the engine reproduces the run: the protocol offers o
 requests whose sampling is deterministic (greedy, or seeded) and checks, while skipping, that
 the new engine produces exactly what clients already have. When it does not
 (:class:`ContinuationDiverged`: on the vLLM CPU engine a prefix-cache hit alone can change a
-greedy answer), the producer asks for the second way, :meth:`Continuation.resume`: a request
+greedy answer), the runner asks for the second way, :meth:`Continuation.extend`: a request
 that goes on from exactly what clients received (the prompt plus the partial answer), so the
 stream still has no repeated or missing text, though its rest is no longer the uninterrupted
-run's. Only when that is impossible too does the stream end with an explicit error.
+run's (a protocol whose engine route cannot go on from a partial answer offers none). Only
+when that is impossible too does the stream end with an explicit error.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from typing import Protocol
 
 from gateway.engines.client import EngineClient
 from gateway.engines.routing import RouteHints
-from gateway.http.errors import GatewayError
+from gateway.failures import UpstreamFailed
+from gateway.http.context import RequestContext
 from gateway.relay.dialect import StreamResult, StreamTracker
 
 
-class ContinuationDiverged(GatewayError):
+class ContinuationDiverged(UpstreamFailed):
     def __init__(self, message: str) -> None:
-        super().__init__(502, f"the stream could not be continued exactly on another engine: {message}",
+        super().__init__(f"the stream could not be continued exactly on another engine: {message}",
                          code="continuation_diverged")
 
 
@@ -53,11 +55,11 @@ class Continuation(Protocol):
         """How to continue, given every event delivered so far (framed, with ids, in order);
         None when this stream cannot be continued exactly."""
 
-    async def resume(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
-                     request_id: str) -> Replay | None:
+    async def extend(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
+                     request: RequestContext) -> Replay | None:
         """How to go on from exactly what was delivered (after a replay diverged); None when the
         stream cannot be continued that way either. May ask the engines (``route``) first; raises
-        ``GatewayError`` when they fail."""
+        their ``EngineError`` when they fail."""
 
 
 class ReplayTracker:

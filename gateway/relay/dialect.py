@@ -1,15 +1,20 @@
-"""What the streaming core needs to know about one protocol's event stream: a dialect.
+"""What the relay needs to know about one protocol's event stream: a dialect.
 
-The core (``relay.pump``) moves events without understanding them. Each protocol that
-streams (OpenAI chat and completions today; more to come) supplies a :class:`StreamDialect`:
+The relay (``relay.pump``, ``relay.run``) moves events without understanding them. Each
+protocol that streams (OpenAI chat and completions, Responses, Anthropic Messages) supplies a
+:class:`StreamDialect`:
 
 - a :class:`StreamTracker` per stream, which accounts for the events of each engine read
   (usage, finish reason, the text when a caller asked for it), says which to relay (the
   OpenAI usage-only chunk is dropped for a client that did not ask for it) and when the
   protocol's terminal event went by;
-- the events that end a stream the gateway has to end itself: an in-band error (the
-  response has started, so no HTTP status can say it), or a cancelled generation.
+- the events that end a stream the gateway has to end itself (``relay.ending`` decides which):
+  an in-band error (the response has started, so no HTTP status can say it), or a cancelled
+  generation;
+- whether an event is the stream's last (a follower of a stored session stops there).
 
+How to produce a stream again on another engine depends on the request, not only the
+protocol: the protocol's ``prepare`` attaches it to the call (``relay.continuation``).
 Adding a streamed protocol is one new dialect module in its protocol package.
 """
 
@@ -74,6 +79,7 @@ class StreamDialect(Protocol):
     def is_last(self, frame: bytes) -> bool:
         """Whether ``frame`` (an event with its blank line, maybe an ``id:`` line) ends the stream."""
 
-    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
                          model: object, choices: int) -> list[bytes]:
-        """The events that end a cancelled generation, shaped like the stream's own."""
+        """The events that end a cancelled generation, shaped like the stream's own (ids copied from
+        ``first_event``; without one, made from ``run_id``, the gateway's id of the run)."""

@@ -1,111 +1,69 @@
-"""A stream relayed straight to one client: the plain relay, and the stream backend without sessions.
+"""The plain relay: a run whose sink is its client, and the stream backend without sessions.
 
 The engine's events go to the client as they arrive, one body per engine read, never
-buffered. A client that leaves closes the engine request (vLLM aborts the generation).
-Errors after the stream started become the dialect's in-band ending (for OpenAI: an error
-event then ``[DONE]``), never a silently truncated stream; so does a gateway that stops
-(``LiveStreams.end_all``, from the drain), before the server cuts the connection.
+buffered. A client that leaves stops the run (vLLM aborts the generation). Errors after the
+stream started become the dialect's in-band ending, never a silently truncated stream; so
+does a gateway that stops (``LiveRuns.end_all``, from the drain), before the server cuts the
+connection. Nothing is kept: no ids, no resume, no continuation on another engine.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.engines.errors import ENDED_EARLY
-from gateway.http.errors import GatewayError, send_error
+from gateway.failures import Failure
+from gateway.http.context import RequestContext
+from gateway.relay.call import Relay, StreamCall
 from gateway.relay.channel import ClientChannel
-from gateway.relay.context import RelayContext, StreamCall
-from gateway.relay.opening import open_watching
-from gateway.relay.pump import joined, pump, settle
-
-SHUTDOWN_MESSAGE = "the gateway shut down during the generation"
+from gateway.relay.ending import Ending
+from gateway.relay.pump import joined
+from gateway.relay.run import Run
 
 
-class LiveStreams:
-    """The plain streams being relayed in this process, so a stopping gateway can end each explicitly."""
+class ClientSink:
+    """Each read's events straight to the client, as one body."""
+
+    __slots__ = ("channel", "write")
+    counts_events = False
+    first_event = None
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
-        self.ending = False
+        self.channel: ClientChannel | None = None
 
-    def add(self, task: asyncio.Task) -> None:
-        self._tasks.add(task)
+    def attach(self, channel: ClientChannel) -> list[tuple[bytes, bytes]]:
+        self.channel = channel
+        self.write = channel.write  # the pump calls the channel itself: no call in between per read
+        return []
 
-    def discard(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
+    def detach(self) -> None:
+        return None  # (the channel knows its client is gone and writes nothing more)
 
-    def end_all(self) -> None:
-        """Interrupt every stream; each ends with the ``gateway_shutdown`` error ending."""
-        self.ending = True
-        for task in list(self._tasks):
-            task.cancel()
+    async def finish(self, ending: Ending) -> int:
+        if self.channel is not None:
+            await self.channel.close(joined(ending.events))
+        return 0
 
-    def __len__(self) -> int:
-        return len(self._tasks)
+    async def refused(self, error: Failure) -> None:
+        return None
+
+    async def delivered(self) -> list[bytes] | None:
+        return None
 
 
-class PlainStreamResponse(Response):
-    def __init__(self, call: StreamCall, ctx: RelayContext) -> None:
-        self.call = call
-        self.ctx = ctx
+class RunResponse(Response):
+    """A run served to the client of the request it runs for, as an ASGI response (raw routes call it,
+    FastAPI routes return it: ``send`` and ``receive`` are then those of FastAPI's stack)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
         self.status_code = 200
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        call, ctx = self.call, self.ctx
-        channel = ClientChannel(send, receive, keepalive_seconds=ctx.keepalive_seconds, scope=scope)
-        try:
-            stream = await open_watching(ctx.opener(call), channel, scope)
-        except GatewayError as error:
-            channel.stop_watching()
-            ctx.metrics.upstream_errors.labels(error.code or str(error.status)).inc()
-            await send_error(ctx.error_shape, error, send)
-            return
-        except BaseException:
-            channel.stop_watching()
-            raise
-        if stream is None:
-            channel.stop_watching()
-            ctx.metrics.stream_ended("client_disconnect")
-            return
-        tracker = call.dialect.tracker(relay_usage=call.relay_usage, collect_text=call.on_complete is not None)
-        channel.on_leave(stream.close)  # the engine aborts the generation
-        failure = None
-        live, task = ctx.live_streams, asyncio.current_task()
-        shut_down = False
-        if live is not None:
-            live.add(task)
-        try:
-            await channel.start()
-            failure = await pump(stream, tracker, channel)  # each read's events: one body to the client
-        except asyncio.CancelledError:
-            if live is None or not live.ending or task.uncancel() > 0:
-                channel.stop_watching()
-                raise
-            shut_down = True  # the drain ended it: the client gets the explicit ending below
-        finally:
-            if live is not None:
-                live.discard(task)
-            stream.close()
-        result = tracker.result()
-        tail = b""
-        if shut_down and not channel.gone:
-            result.how, result.error = "error", SHUTDOWN_MESSAGE
-            tail = joined(call.dialect.error_events(SHUTDOWN_MESSAGE, "gateway_shutdown"))
-        elif channel.gone:
-            result.how = "client_disconnect"
-        elif failure is not None or not tracker.ended:
-            if failure is None:
-                stream.broke(ENDED_EARLY, "the inference engine ended the stream early")
-            message = failure.message if failure is not None else "the inference engine ended the stream early"
-            result.how, result.error = "error", message
-            ctx.metrics.upstream_errors.labels("stream_broken").inc()
-            tail = joined(call.dialect.error_events(message, "stream_interrupted"))
-        await channel.close(tail)
-        await settle(result, metrics=ctx.metrics, key_id=ctx.key_id, on_complete=call.on_complete)
+        run = self.run
+        await run.serve(ClientChannel.of(run.request, keepalive_seconds=run.relay.keepalive_seconds, send=send,
+                                         receive=receive))
 
 
 class PlainRelay:
@@ -113,5 +71,27 @@ class PlainRelay:
 
     resumable = False
 
-    async def stream(self, call: StreamCall, ctx: RelayContext) -> Response:
-        return PlainStreamResponse(call, ctx)
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+
+    async def stream(self, call: StreamCall, request: RequestContext) -> Response:
+        return plain_stream(call, request, self.relay)
+
+
+def plain_stream(call: StreamCall, request: RequestContext, relay: Relay) -> Response:
+    """``call`` relayed straight to ``request``'s client."""
+    return RunResponse(LiveRun(call, request, relay, ClientSink()))
+
+
+class LiveRun(Run):
+    """A plain run, known to the drain while it streams."""
+
+    __slots__ = ()
+
+    async def run(self) -> None:
+        live = self.relay.live
+        live.add(self)
+        try:
+            await super().run()
+        finally:
+            live.discard(self)

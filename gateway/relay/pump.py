@@ -1,28 +1,21 @@
 """The one streaming loop: engine bytes -> blocks of whole events -> the dialect's tracker -> a sink.
 
-Both ways a stream reaches clients use it: straight to one client (``relay.plain``), or
-into a session's event log that any number of clients follow (``sessions.producer``),
-whose first client is written to from this same loop, without another task in between.
-Everything one engine read completed goes to the sink in one call, so a sink writes one
-body per read, not one per event; in the common case (content events only) the block the
-engine sent is relayed as it is.
+Every run uses it (``relay.run``), whatever its sink: one client, or a session's event log
+that any number of clients follow and whose first client is written to from this same loop,
+without another task in between. Everything one engine read completed goes to the sink in
+one call, so a sink writes one body per read, not one per event; in the common case
+(content events only) the block the engine sent is relayed as it is.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from gateway.engines.stream import EngineStream
-from gateway.http.errors import GatewayError
-from gateway.http.metrics import Metrics
-from gateway.relay.dialect import StreamResult, StreamTracker
+from gateway.failures import Failure
+from gateway.relay.dialect import StreamTracker
 from gateway.relay.sse import SEPARATOR, SSEFramer
-
-log = logging.getLogger("gateway.relay")
-
-CompletionHook = Callable[[StreamResult], Awaitable[None]]
 
 
 class Sink(Protocol):
@@ -30,9 +23,11 @@ class Sink(Protocol):
         """Take the whole events one engine read completed (one block ending in a blank line)."""
 
 
-async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> GatewayError | None:
+async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink,
+               before_end: Callable[[], Awaitable[None]] | None = None) -> Failure | None:
     """Relay until the protocol's terminal event (``tracker.ended``) or the engine stops.
 
+    ``before_end`` runs once the terminal event was read, before the block holding it is written.
     Returns the failure that broke the stream, if any. A stream that stopped without its
     terminal event and without a failure ended early: the caller checks ``tracker.ended``.
     """
@@ -46,12 +41,16 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
             if not block:
                 continue
             block = accept(block)
-            if block:
-                await write(block)
             if tracker.ended:
+                if before_end is not None:
+                    await before_end()
+                if block:
+                    await write(block)
                 await stream.reach_end()  # (so its connection serves the next request)
                 return None
-    except GatewayError as failure:
+            if block:
+                await write(block)
+    except Failure as failure:
         return failure
     except stream.errors as exc:
         return stream.failure(exc)
@@ -60,16 +59,4 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink) -> Gate
 
 def joined(events: list[bytes]) -> bytes:
     """Events as one SSE body."""
-    return SEPARATOR.join(events) + SEPARATOR
-
-
-async def settle(result: StreamResult, *, metrics: Metrics, key_id: str, on_complete: CompletionHook | None,
-                 context: dict | None = None) -> None:
-    """Account for a finished stream (how it ended, tokens per key) and run the caller's hook."""
-    metrics.stream_ended(result.how)
-    metrics.count_usage(key_id, result.counted_usage())
-    if on_complete is not None:
-        try:
-            await on_complete(result)
-        except Exception:
-            log.exception("stream completion hook failed", extra=context or {})
+    return SEPARATOR.join(events) + SEPARATOR if events else b""

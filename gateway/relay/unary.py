@@ -16,77 +16,126 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import orjson
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from gateway.engines.errors import parse_error_body
 from gateway.engines.routing import RouteHints
+from gateway.failures import Failure
+from gateway.http import queueing
+from gateway.http.context import RequestContext
 from gateway.http.disconnect import DisconnectWatcher
-from gateway.http.errors import GatewayError, send_error
-from gateway.http.middleware import SERVER_SEND
-from gateway.relay.context import RelayContext
+from gateway.http.errors import send_error
+from gateway.relay.call import Relay, with_affinity
+from gateway.relay.metering import admit_call, settle_answer, settle_call
+from gateway.tracing import hooks as tracing
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
-# The engine's successful answer -> the body to send (may raise a GatewayError: nothing is sent yet).
+# The engine's successful answer -> the body to send (may raise a Failure: nothing is sent yet).
 SuccessHook = Callable[[bytes], Awaitable[bytes]]
+USAGE_MEMBER = b'"usage":{'
+OPEN_BRACE, CLOSE_BRACE, COMMA = ord("{"), ord("}"), ord(",")
 
 
-class RelayJSONResponse(Response):
-    def __init__(self, method: str, path: str, body: bytes | None, ctx: RelayContext, *,
-                 count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
-                 on_success: SuccessHook | None = None) -> None:
-        self.method = method
-        self.path = path
-        self.body_out = body
-        self.ctx = ctx
-        self.count_usage = count_usage
-        self.route = route
-        self.content_type = content_type
-        self.on_success = on_success
-        self.status_code = 200
-        self.background = None
+async def relay_json(request: RequestContext, relay: Relay, method: str, path: str, body: bytes | None, *,
+                     count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
+                     on_success: SuccessHook | None = None) -> None:
+    """Send ``body`` to the engine's ``path`` and answer ``request`` with what it answers."""
+    body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+    try:
+        await _relay(request, relay, method, path, body, count_usage=count_usage, route=route,
+                     content_type=content_type, on_success=on_success)
+    finally:
+        await settle_call(request, answered=False)  # (a no-op once settled with the engine's usage)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        ctx = self.ctx
-        task = asyncio.current_task()
-        watcher = DisconnectWatcher(receive, task.cancel).start()
+
+async def _relay(request: RequestContext, relay: Relay, method: str, path: str, body: bytes | None, *,
+                 count_usage: bool, route: RouteHints | None, content_type: str | None,
+                 on_success: SuccessHook | None) -> None:
+    metrics = relay.metrics
+    task = asyncio.current_task()
+    watcher = DisconnectWatcher(request.receive, task.cancel).start()
+    tracing.unary_started(request, path, body)
+    try:
+        status, answer = await queueing.request(relay.flow, relay.engines, request, method, path, body,
+                                                route=with_affinity(route, request), content_type=content_type)
+    except asyncio.CancelledError:
+        if watcher.disconnected and task.uncancel() == 0:
+            metrics.stream_ended("client_disconnect")
+            return  # the client left: the engine request is closed, vLLM aborts
+        raise
+    except Failure as error:
+        metrics.upstream_errors.labels(error.code or getattr(error, "kind", "error")).inc()
+        await send_error(request.error_shape, error, request.send)
+        return
+    finally:
+        watcher.stop()
+    if watcher.disconnected:  # it left just as the engine answered: take back its cancel request
+        while task.cancelling():
+            task.uncancel()
+        metrics.stream_ended("client_disconnect")
+        return
+    usage = _usage_of(answer) if status < 400 else None  # (decoded once, only its usage where that is certain)
+    tracing.unary_answered(request, status, answer, path, route, metrics.genai, usage)
+    if status >= 400:
+        if status >= 500:
+            metrics.upstream_errors.labels("engine_error").inc()
+        await send_error(request.error_shape, parse_error_body(status, answer), request.send)
+        return
+    await settle_answer(request, answer)
+    if count_usage and usage is not None:
+        metrics.count_usage(request.key_id, usage)
+    if on_success is not None:
         try:
-            status, body = await ctx.engines.request_bytes(self.method, self.path, self.body_out,
-                                                           request_id=ctx.request_id, route=ctx.route(self.route),
-                                                           content_type=self.content_type)
-        except asyncio.CancelledError:
-            if watcher.disconnected and task.uncancel() == 0:
-                ctx.metrics.stream_ended("client_disconnect")
-                return  # the client left: the engine request is closed, vLLM aborts
-            raise
-        except GatewayError as error:
-            ctx.metrics.upstream_errors.labels(error.code or str(error.status)).inc()
-            await send_error(ctx.error_shape, error, send)
+            answer = await on_success(answer)
+        except Failure as error:
+            await send_error(request.error_shape, error, request.send)
             return
-        finally:
-            watcher.stop()
-        if watcher.disconnected:  # it left just as the engine answered: take back its cancel request
-            while task.cancelling():
-                task.uncancel()
-            ctx.metrics.stream_ended("client_disconnect")
-            return
-        if status >= 400:
-            if status >= 500:
-                ctx.metrics.upstream_errors.labels("engine_error").inc()
-            await send_error(ctx.error_shape, parse_error_body(status, body), send)
-            return
-        if self.count_usage and b'"usage"' in body:
-            try:
-                ctx.metrics.count_usage(ctx.key_id, orjson.loads(body).get("usage"))
-            except (orjson.JSONDecodeError, AttributeError):
-                pass
-        if self.on_success is not None:
-            try:
-                body = await self.on_success(body)
-            except GatewayError as error:
-                await send_error(ctx.error_shape, error, send)
-                return
-        await send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
-        # The body straight to the server once the head went out, as streams do (``SERVER_SEND``).
-        await scope.get(SERVER_SEND, send)({"type": "http.response.body", "body": body})
+    await request.send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS})
+    # The body straight to the server once the head went out, as streams do.
+    await request.server_send({"type": "http.response.body", "body": answer})
+
+
+
+def _usage_of(answer: bytes) -> dict | None:
+    """The usage object of a non-streamed answer, or None (none, or not JSON)."""
+    if b'"usage"' not in answer:
+        return None
+    try:
+        usage = answer_usage(answer)
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+def answer_usage(answer: bytes) -> object:
+    """``orjson.loads(answer).get("usage")``, parsing only the usage object where that is certain.
+
+    vLLM writes a chat or completion answer compactly with ``usage`` among its last members,
+    only scalars after it. Such an answer's usage object is read alone (its whole text is not
+    parsed: for a long answer, most of the work of relaying it): the object's member must open
+    right after a comma or brace, and what follows it must close the top-level object and
+    nothing else (no brace or bracket but that one closing brace). Any other answer is parsed
+    whole, as before (the same exceptions for one that is not a JSON object).
+    """
+    at = answer.rfind(USAGE_MEMBER)
+    if at > 0 and answer[at - 1] in (COMMA, OPEN_BRACE) and answer[:1] == b"{":
+        start = at + len(USAGE_MEMBER) - 1
+        end = answer.find(b"}", start)
+        opened = answer.count(b"{", start + 1, end) if end > 0 else -1
+        while opened > 0:  # a nested object (prompt_tokens_details): its closing brace too
+            following = answer.find(b"}", end + 1)
+            if following < 0:
+                break
+            opened += answer.count(b"{", end + 1, following) - 1
+            end = following
+        if opened == 0:
+            tail = answer[end + 1:]
+            if tail.count(b"}") == 1 and b"{" not in tail and b"[" not in tail and b"]" not in tail \
+                    and tail.rstrip().endswith(b"}"):
+                try:
+                    usage = orjson.loads(answer[start:end + 1])
+                except orjson.JSONDecodeError:
+                    usage = None
+                if isinstance(usage, dict):
+                    return usage
+    return orjson.loads(answer).get("usage")

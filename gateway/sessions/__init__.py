@@ -1,1 +1,1 @@
-"""Resumable streaming sessions: event log, stores, producer, resume and cancel."""
+"""Sessions, resumable generations: the event log a run writes into, stores, followers, resume and cancel."""

@@ -1,6 +1,6 @@
 """SSE frames of a session: every event, the final one included, carries ``id: <session_id>:<index>``.
 
-Frames are built once, by the producer, as the exact bytes a client receives
+Frames are built once, by the run's sink (``sink``), as the exact bytes a client receives
 (``id: s:7\\ndata: {...}\\n\\n``), so replaying or following a session never
 re-encodes anything. Endings the gateway writes itself (a cancelled generation, an
 error) come from the generation's stream dialect and are framed here like any event.

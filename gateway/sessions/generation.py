@@ -1,4 +1,4 @@
-"""One generation of a session: its event log, the request producing it, the clients following it.
+"""One generation of a session: its event log, the run producing it, the clients following it.
 
 A session id names the latest generation of a conversation stream; a new POST with the
 same (finished) id starts a new generation with a new log. Sessions are keyed by (API key
@@ -13,24 +13,10 @@ import time
 from dataclasses import dataclass
 
 from gateway.relay.dialect import StreamDialect
+from gateway.relay.run import Run
 from gateway.sessions.frames import id_prefix
 from gateway.sessions.log import EventLog
 from gateway.sessions.store.base import ENDED, LIVE
-
-# Why a generation is stopped (``Generation.stop``), as written in the cancelled ending's
-# ``cancel_reason``, and the StreamResult.how it ends with.
-CANCEL_REQUEST = "cancel_request"              # POST /v1/cancel/{session_id}
-CLIENT_DISCONNECTED = "client_disconnected"    # a session nobody named lost its last client
-DISCONNECT_TIMEOUT = "disconnect_timeout"      # a named session was left alone too long
-SHUTDOWN = "shutdown"                          # the gateway is stopping
-FENCED = "fenced"                              # the store says another replica owns it now
-STOP_HOW = {
-    CANCEL_REQUEST: "cancelled",
-    CLIENT_DISCONNECTED: "client_disconnect",
-    DISCONNECT_TIMEOUT: "client_disconnect",
-    SHUTDOWN: "error",
-    FENCED: "error",
-}
 
 
 def new_generation_id() -> int:
@@ -60,8 +46,7 @@ class Generation:
         self.how: str | None = None
         self.stop_reason: str | None = None
         self.consumers = 0
-        self.task: asyncio.Task | None = None  # the request task producing it
-        self.stream = None  # the open EngineStream while producing
+        self.run: Run | None = None  # the run producing it (its engine stream, its task)
         self.disconnect_timer: asyncio.TimerHandle | None = None
         self.created_at = time.time()
         self.ended_at: float | None = None
@@ -94,21 +79,24 @@ class Generation:
         self.consumers -= 1
         return self.consumers == 0
 
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The task producing it (the starting request's, or a detached run's own)."""
+        return self.run.task if self.run is not None else None
+
     def stop(self, reason: str) -> bool:
-        """Ask the producer to stop for ``reason``; closing upstream makes vLLM abort at once."""
+        """Stop the run producing it for ``reason`` (``relay.ending``); vLLM aborts at once."""
         if not self.live or self.stop_reason is not None:
             return False
         self.stop_reason = reason
-        if self.stream is not None:
-            self.stream.close()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+        if self.run is not None:
+            self.run.stop(reason)
         return True
 
     def ended(self, how: str, ending: list[bytes]) -> None:
-        """Close the log with its last frames (``ending`` may be empty: [DONE] was logged)."""
+        """Close the log with its last frames (``ending`` may be empty: the engine's end was logged)."""
         self.state = ENDED
         self.how = how
         self.ended_at = time.time()
-        self.stream = None
+        self.run = None  # (it refers to this generation: the pair must not outlive the request as a cycle)
         self.log.finish(ending)

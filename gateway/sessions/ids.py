@@ -6,7 +6,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from gateway.http.errors import GatewayError
+from gateway.failures import Invalid
 
 LAST_EVENT_ID = "last_event_id"
 SESSION_HEADER = b"x-session-id"  # every session response names its session
@@ -14,6 +14,8 @@ SESSION_ID_MAX = 128
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # also what the marketplace's schemas declare
 SESSION_ID_RULE = "may contain only letters, digits, '-', '_' and '.' (at most 128 characters)"
 _VALID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# ASCII digits only: str.isdigit() also says yes to '²' and '١', which int() refuses or reads.
+_POSITION = re.compile(r"-?[0-9]{1,18}")
 
 
 def new_session_id() -> str:
@@ -27,11 +29,11 @@ def is_valid_session_id(value: object) -> bool:
 
 
 def validate_session_id(value: object, *, param: str = "session_id") -> str:
-    """``value`` if it is a valid session id; a 400 naming ``param`` otherwise."""
+    """``value`` if it is a valid session id; ``Invalid`` naming ``param`` otherwise."""
     if not isinstance(value, str) or not value:
-        raise GatewayError(400, f"'{param}' must be a non-empty string", param=param)
+        raise Invalid(f"'{param}' must be a non-empty string", param=param)
     if not is_valid_session_id(value):
-        raise GatewayError(400, f"'{param}' {SESSION_ID_RULE}", param=param)
+        raise Invalid(f"'{param}' {SESSION_ID_RULE}", param=param)
     return value
 
 
@@ -62,12 +64,18 @@ def parse_last_event_id(value: str, *, session_id: str | None = None) -> ResumeP
         raise _bad(f"the session id in Last-Event-ID {SESSION_ID_RULE}")
     if session_id is not None and named != session_id:
         raise _bad(f"Last-Event-ID names session {named!r} but the request is for session {session_id!r}")
-    if not index_text.lstrip("-").isdigit() or len(index_text) > 19:
+    index = parse_position(index_text)
+    if index is None:
         raise _bad(f"the index in Last-Event-ID must be an integer, got {index_text[:40]!r}")
-    index = int(index_text)
     if index < -1:
         raise _bad("the index in Last-Event-ID must be -1 (from the start) or more")
     return ResumePoint(named, index)
+
+
+def parse_position(text: str) -> int | None:
+    """An event position as clients write it (``-1``, ``0``, ``17``: ASCII digits, at most 18), else None."""
+    text = text.strip()
+    return int(text) if _POSITION.fullmatch(text) is not None else None
 
 
 def resume_value(headers, query_params) -> str | None:
@@ -83,5 +91,5 @@ def resume_value(headers, query_params) -> str | None:
     return value
 
 
-def _bad(message: str) -> GatewayError:
-    return GatewayError(400, message, param=LAST_EVENT_ID, code="invalid_last_event_id")
+def _bad(message: str) -> Invalid:
+    return Invalid(message, param=LAST_EVENT_ID, code="invalid_last_event_id")

@@ -25,27 +25,23 @@ from dataclasses import dataclass
 from starlette.responses import Response
 
 from gateway.config import Settings
+from gateway.engines.stream import EngineStream
+from gateway.failures import Failure, LimitReached, Unavailable
 from gateway.http.admission import Admission
-from gateway.http.errors import GatewayError
-from gateway.http.metrics import Metrics
-from gateway.relay.context import RelayContext, StreamCall
+from gateway.http.context import RequestContext
+from gateway.relay.call import Relay, StreamCall
 from gateway.relay.dialect import StreamDialect
+from gateway.relay.ending import CANCEL_REQUEST, CLIENT_DISCONNECTED, DISCONNECT_TIMEOUT, FENCED, SHUTDOWN
+from gateway.relay.plain import RunResponse
+from gateway.relay.run import Run
 from gateway.sessions import replies as R
 from gateway.sessions.feeds import LocalFeed, StoreFeed
-from gateway.sessions.generation import (
-    CANCEL_REQUEST,
-    CLIENT_DISCONNECTED,
-    DISCONNECT_TIMEOUT,
-    FENCED,
-    SHUTDOWN,
-    Generation,
-    SessionKey,
-)
+from gateway.sessions.generation import Generation, SessionKey
 from gateway.sessions.ids import ResumePoint, new_session_id, parse_last_event_id
 from gateway.sessions.maintenance import maintain
 from gateway.sessions.persistence import LOST, EndingDialect, FeedBroken, Persistence
-from gateway.sessions.producer import GenerationResponse, ProducerHooks
 from gateway.sessions.response import FollowerResponse
+from gateway.sessions.sink import LogSink, SinkHooks
 from gateway.sessions.store.base import NewGeneration, SessionStore
 
 log = logging.getLogger("gateway.sessions")
@@ -67,13 +63,15 @@ class SessionOutcome:
 class SessionManager:
     resumable = True
 
-    def __init__(self, *, settings: Settings, dialect: StreamDialect, store: SessionStore | None = None,
-                 default_model: Callable[[], str] = lambda: "unknown", metrics: Metrics | None = None,
-                 admission: Admission | None = None, dialects: Mapping[str, EndingDialect] | None = None) -> None:
+    def __init__(self, *, settings: Settings, relay: Relay, dialect: StreamDialect, store: SessionStore | None = None,
+                 default_model: Callable[[], str] = lambda: "unknown", admission: Admission | None = None,
+                 dialects: Mapping[str, EndingDialect] | None = None) -> None:
         """``dialect``: the default stream dialect of sessions (endings written for a stored session
         whose own dialect is not in ``dialects``, by name); ``default_model``: the model named in
         endings written for a session produced elsewhere."""
         self.settings = settings
+        self.relay = relay
+        metrics = relay.metrics
         self.dialect = dialect
         self.admission = admission  # detached generations hold a slot of their own
         self.store = store
@@ -83,21 +81,25 @@ class SessionManager:
                                        dialects=dialects) \
             if store is not None else None
         self._generations: dict[SessionKey, Generation] = {}
-        if metrics is not None:
-            metrics.sessions_in_memory.set_function(lambda: len(self._generations))
+        metrics.sessions_in_memory.set_function(lambda: len(self._generations))
         self._by_gen: dict[int, Generation] = {}
         # Memory store only: finished generations kept resumable, per API key (one key's many
         # sessions never push out another's).
         self._finished: dict[str, OrderedDict[SessionKey, Generation]] = {}
         self._live_by_owner: dict[str, int] = {}
         self._background: list[asyncio.Task] = []
+        self._spawned: set[asyncio.Task] = set()  # tasks nobody awaits, kept until done (the loop keeps weak refs)
         self._stopping = False
         self._shutdown_timer: asyncio.TimerHandle | None = None
         self._store_failures = StoreFailures()
-        self._hooks = ProducerHooks(
+        self._hooks = SinkHooks(
             on_frames=self.persistence.writer.mark if self.persistence is not None else _ignore,
-            on_refused=self._refused, on_client_left=self._client_left, on_end=self._generation_ended,
-            read_evicted=self._read_evicted)
+            on_refused=self._refused, on_end=self._generation_ended, read_evicted=self._read_evicted)
+
+    def _spawn(self, work, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
 
     def _store_errors(self):
         """Around store calls a request waits on: a failing store is a 503 (``StoreFailures``)."""
@@ -120,12 +122,14 @@ class SessionManager:
         """The server is stopping: no new generation; every live one gets its explicit ending in time.
 
         A generation nobody follows ends at once (no client would see more of it); the
-        others keep streaming until a second before the server cuts connections, then end
-        with ``gateway_shutdown``, so connected clients receive it.
+        others, and detached runs (their record keeps what they produce), keep streaming until
+        a second before the server cuts connections, then end with ``gateway_shutdown``, so
+        connected clients receive it.
         """
         self._stopping = True
         for generation in list(self._generations.values()):
-            if generation.live and not generation.consumers:
+            # (a detached run is followed by nobody but has its result to keep: it gets the grace period too)
+            if generation.live and not generation.consumers and not generation.detached:
                 generation.stop(SHUTDOWN)
         self._shutdown_timer = asyncio.get_running_loop().call_later(max(0.0, grace_seconds - 1.0), self._stop_all)
 
@@ -157,12 +161,13 @@ class SessionManager:
             await self.store.close()
 
     # --- the stream backend -------------------------------------------------------------
-    async def stream(self, call: StreamCall, ctx: RelayContext) -> Response:
+    async def stream(self, call: StreamCall, request: RequestContext) -> Response:
         """A streamed response: a new generation, or a resume when the request carries Last-Event-ID."""
         if call.resume_from is not None:
             point = parse_last_event_id(call.resume_from, session_id=call.session_id)
-            return await self.resume(owner=ctx.key_id, point=point, keepalive_seconds=ctx.keepalive_seconds)
-        return await self._start(call, ctx)
+            return await self.resume(owner=request.key_id, point=point)
+        generation = await self._new_generation(call, request)
+        return RunResponse(self._run(generation, call, request))
 
     async def resume(self, *, owner: str, point: ResumePoint, keepalive_seconds: float | None = None) -> Response:
         """Replay everything after ``point``, then follow live (404 unknown, 410 evicted, 204 nothing left)."""
@@ -204,9 +209,10 @@ class SessionManager:
         generation = self._generations.get(SessionKey(owner, session_id))
         if generation is not None:
             if generation.live:
+                task = generation.task
                 generation.stop(CANCEL_REQUEST)
-                if generation.task is not None:
-                    await asyncio.wait((generation.task,), timeout=STOP_WAIT_SECONDS)
+                if task is not None:
+                    await asyncio.wait((task,), timeout=STOP_WAIT_SECONDS)
                 return R.cancel_result(session_id, generation.how, cancelled=generation.how == "cancelled")
             return R.cancel_result(session_id, generation.how, cancelled=False)
         with self._store_errors():
@@ -257,60 +263,68 @@ class SessionManager:
         return SessionOutcome(live=record.live, how=record.how, last_frame=last[-1] if last else None)
 
     # --- starting a generation -------------------------------------------------------------------
-    async def start_detached(self, call: StreamCall, ctx: RelayContext, *, holds_admission: bool = True) -> Generation:
-        """A generation produced by a task of its own, for no client (e.g. a background run).
+    async def start_detached(self, call: StreamCall, request: RequestContext, *, stream: EngineStream | None = None,
+                             holds_admission: bool = True) -> Generation:
+        """A generation run by a task of its own, for no client (a background run; later a batch line).
 
         Followers attach by resuming it; it is never stopped for lack of clients, only by a
-        cancel, the engine, or the gateway stopping. ``call.on_complete`` tells the caller
-        how it ended (also when the engine refused it). It takes an admission slot of its
-        owner until it ends, unless ``holds_admission=False`` (the caller took one already).
+        cancel, the engine, or the gateway stopping. ``stream``: its engine stream, already
+        open (the caller opened it, so an engine refusal was the caller's own answer).
+        ``call.on_complete`` tells the caller how it ended (also when the engine refused it).
+        It takes an admission slot of its owner until it ends, unless ``holds_admission=False``
+        (the caller took one already). ``request``: the request that asked for it; the run
+        keeps only who and which request (``RequestContext.detached``).
         """
-        generation = await self._new_generation(call, ctx, holds_admission=holds_admission)
+        generation = await self._new_generation(call, request, holds_admission=holds_admission, with_client=False)
         generation.detached = True
-        response = GenerationResponse(generation, call, ctx, self._hooks)
-        generation.task = asyncio.get_running_loop().create_task(
-            response({"type": "http", "state": {}}, _never_disconnects, _discard), name="session-producer")
+        run = self._run(generation, call, request.detached(), stream=stream)
+        self._spawn(run.run(), "session-run")
         return generation
 
-    async def _start(self, call: StreamCall, ctx: RelayContext) -> Response:
-        generation = await self._new_generation(call, ctx)
-        return GenerationResponse(generation, call, ctx, self._hooks)
+    def _run(self, generation: Generation, call: StreamCall, request: RequestContext, *,
+             stream: EngineStream | None = None) -> Run:
+        """The run producing ``generation``: its events into the log, and to the starting client if any."""
+        run = Run(call, request, self.relay, LogSink(generation, self._hooks), stream=stream,
+                  on_client_left=lambda: self._client_left(generation))
+        generation.run = run
+        return run
 
     def _check_room(self, owner: str) -> None:
-        """503 while the store is too far behind, 429 when ``owner`` has its most live sessions."""
+        """Unavailable while the store is too far behind, a limit when ``owner`` has its most live sessions."""
         if self._stopping:
-            raise GatewayError(503, "the gateway is shutting down", code="shutting_down")
+            raise Unavailable("the gateway is shutting down", code="shutting_down")
         backlog = self.persistence.writer.backlog_bytes if self.persistence is not None else 0
         if backlog > self.settings.session_max_unpersisted_bytes:
-            raise GatewayError(503, f"the session store is behind: {backlog} bytes of events are not persisted "
-                                    "yet; new streams wait until it catches up",
-                               code="session_store_unavailable", headers={"retry-after": "1"})
+            raise Unavailable(f"the session store is behind: {backlog} bytes of events are not persisted "
+                              "yet; new streams wait until it catches up",
+                              code="session_store_unavailable", retry_after=1)
         live_cap = self.settings.max_live_sessions_per_key or self.settings.max_inflight_per_key
         if self._live_by_owner.get(owner, 0) >= live_cap:
-            raise GatewayError(429, f"this API key is at its limit of {live_cap} live sessions (generations that "
-                                    "run on after their client left count until they end)",
-                               code="too_many_sessions", headers={"retry-after": "1"})
+            raise LimitReached(f"this API key is at its limit of {live_cap} live sessions (generations that "
+                               "run on after their client left count until they end)",
+                               code="too_many_sessions", retry_after=1)
 
-    async def _new_generation(self, call: StreamCall, ctx: RelayContext, *,
-                              holds_admission: bool = False) -> Generation:
-        self._check_room(ctx.key_id)
-        named = call.session_id is not None
-        key = SessionKey(ctx.key_id, call.session_id or new_session_id())
+    async def _new_generation(self, call: StreamCall, request: RequestContext, *, holds_admission: bool = False,
+                              with_client: bool = True) -> Generation:
+        owner = request.key_id
+        self._check_room(owner)
+        named = call.is_named
+        key = SessionKey(owner, call.session_id or new_session_id())
         current = self._generations.get(key)
         if current is not None and current.live:
             raise R.busy(key.session_id)
         generation = Generation(
             key, named=named, ring_size=self.settings.session_ring_size, persistent=self.store is not None,
-            dialect=call.dialect, choices=call.choices, model=call.model or "unknown", request_id=ctx.request_id)
+            dialect=call.dialect, choices=call.choices, model=call.model or "unknown", request_id=request.request_id)
         if holds_admission:  # no request holds a slot for it: it takes one of its own, until it ends
-            refusal = self.admission.try_enter(ctx.key_id) if self.admission is not None else None
+            refusal = self.admission.try_enter(owner) if self.admission is not None else None
             if refusal is not None:
-                raise GatewayError(429, refusal, code="too_many_requests", headers={"retry-after": "1"})
+                raise LimitReached(refusal, code="too_many_requests", retry_after=1)
             if self.admission is not None:
-                admission, owner = self.admission, ctx.key_id
+                admission = self.admission
                 generation.on_no_longer_live = lambda: admission.leave(owner)
         generation.counted_live = True
-        self._live_by_owner[ctx.key_id] = self._live_by_owner.get(ctx.key_id, 0) + 1
+        self._live_by_owner[owner] = self._live_by_owner.get(owner, 0) + 1
         self._register(generation)
         if named and self.store is not None:
             # Another replica may be producing this session id right now: ask the store.
@@ -318,7 +332,7 @@ class SessionManager:
                 with self._store_errors():
                     claimed = await self.store.claim(NewGeneration(key.owner, key.session_id, generation.gen_id, True,
                                                                    dialect=call.dialect.name))
-            except GatewayError:
+            except Failure:
                 self._no_longer_live(generation)
                 self._forget(generation)
                 raise
@@ -327,7 +341,8 @@ class SessionManager:
                 self._forget(generation)
                 raise R.busy(key.session_id)
             generation.stored = True
-        generation.attach()
+        if with_client:
+            generation.attach()
         return generation
 
     def _follower(self, feed, start: int, session_id: str, keepalive: float, dialect: StreamDialect) -> Response:
@@ -429,7 +444,7 @@ class SessionManager:
         if not generation.named:
             generation.stop(CLIENT_DISCONNECTED)  # plain OpenAI semantics: abort at once
         elif self.store is not None and generation.stored:
-            asyncio.get_running_loop().create_task(self._stop_unless_followed_elsewhere(generation))
+            self._spawn(self._stop_unless_followed_elsewhere(generation), "session-disconnect-check")
         else:
             generation.stop(DISCONNECT_TIMEOUT)
 
@@ -497,16 +512,6 @@ def _ignore(generation: Generation) -> None:
     return None
 
 
-async def _never_disconnects() -> dict:
-    """``receive`` of a detached generation: nobody is there to leave."""
-    await asyncio.Event().wait()
-    return {"type": "http.disconnect"}
-
-
-async def _discard(message: dict) -> None:
-    """``send`` of a detached generation: nobody is there to read."""
-
-
 class StoreFailures:
     """A store that fails is a 503 for the client, never a 500, and a few log lines, not one per request.
 
@@ -523,7 +528,7 @@ class StoreFailures:
     def guard(self):
         try:
             yield
-        except GatewayError:
+        except Failure:
             raise
         except Exception as exc:
             self._failed()

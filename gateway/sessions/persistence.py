@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 
 from gateway.config import Settings
 from gateway.relay.dialect import StreamDialect
+from gateway.relay.ending import CANCEL_REQUEST
 from gateway.sessions.frames import frames, id_prefix
-from gateway.sessions.generation import CANCEL_REQUEST, Generation
+from gateway.sessions.generation import Generation
 from gateway.sessions.replies import unknown
 from gateway.sessions.store.base import DEFAULT_DIALECT, SessionStore, StoredSession
 from gateway.sessions.writer import StoreWriter
@@ -119,7 +120,8 @@ class Persistence:
 
     def cancelled_ending(self, session_id: str, index: int,
                          dialect: str = DEFAULT_DIALECT) -> tuple[str, list[bytes]]:
+        # (The stream's first event is not at hand here: b"" says it went out, if any did.)
         events = self.dialect_for(dialect, session_id, index).cancelled_events(
-            first_event=None, reason=CANCEL_REQUEST, fallback_id=f"chatcmpl-{session_id}",
+            first_event=b"" if index else None, reason=CANCEL_REQUEST, run_id=session_id,
             model=self.default_model(), choices=1)
         return "cancelled", frames(id_prefix(session_id), index, events)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from gateway.http.errors import GatewayError
+from gateway.failures import Conflict, Gone, Invalid, NotFound, Unavailable
 from gateway.sessions.ids import SESSION_HEADER
 
 
 def check_position(start: int, count: int, *, ended: bool) -> None:
-    """400 when the client claims to have events past the last one."""
+    """Invalid when the client claims to have events past the last one."""
     if start > count:
         state = "finished with" if ended else "has produced"
-        raise GatewayError(400, f"Last-Event-ID index {start - 1} is past the session's last event: it {state} "
-                                f"{count} event(s) (indices 0..{count - 1})", param="last_event_id",
-                           code="invalid_last_event_id")
+        raise Invalid(f"Last-Event-ID index {start - 1} is past the session's last event: it {state} "
+                      f"{count} event(s) (indices 0..{count - 1})", param="last_event_id",
+                      code="invalid_last_event_id")
 
 
 def nothing_left(session_id: str) -> Response:
@@ -22,23 +22,23 @@ def nothing_left(session_id: str) -> Response:
     return Response(status_code=204, headers={SESSION_HEADER.decode(): session_id})
 
 
-def evicted(start: int, first_kept: int | None) -> GatewayError:
+def evicted(start: int, first_kept: int | None) -> Gone:
     kept = f"; the oldest event kept is {first_kept}" if first_kept is not None else ""
-    return GatewayError(410, f"event {start} of this session is no longer available{kept}",
-                        param="last_event_id", code="events_evicted")
+    return Gone(f"event {start} of this session is no longer available{kept}", param="last_event_id",
+                code="events_evicted")
 
 
-def unknown(session_id: str) -> GatewayError:
-    return GatewayError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
+def unknown(session_id: str) -> NotFound:
+    return NotFound(f"no session {session_id!r}", param="session_id", code="session_not_found")
 
 
-def busy(session_id: str) -> GatewayError:
-    return GatewayError(409, f"session {session_id!r} is still generating: resume it with Last-Event-ID, "
-                             "or cancel it first", param="session_id", code="session_busy")
+def busy(session_id: str) -> Conflict:
+    return Conflict(f"session {session_id!r} is still generating: resume it with Last-Event-ID, or cancel it first",
+                    param="session_id", code="session_busy")
 
 
-def store_unavailable() -> GatewayError:
-    return GatewayError(503, "the session store is unavailable", code="session_store_unavailable")
+def store_unavailable() -> Unavailable:
+    return Unavailable("the session store is unavailable", code="session_store_unavailable", retry_after=2)
 
 
 # How a generation ended, as clients see it. The store also tells apart an ending written by

@@ -13,6 +13,7 @@ import logging
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.http.context import request_context
 from gateway.relay.channel import ClientChannel
 from gateway.relay.dialect import StreamDialect
 from gateway.relay.pump import joined
@@ -35,7 +36,8 @@ class FollowerResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         feed = self.feed
-        channel = ClientChannel(send, receive, keepalive_seconds=self.keepalive_seconds, scope=scope)
+        channel = ClientChannel.of(request_context(scope), keepalive_seconds=self.keepalive_seconds, send=send,
+                                   receive=receive)
         channel.on_leave(feed.interrupt)
         tail = b""
         try:

@@ -10,9 +10,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from gateway.failures import NotFound
 from gateway.http.admission import CONTROL_EXTRA
 from gateway.http.auth import PrincipalDep
-from gateway.http.errors import GatewayError
 from gateway.sessions.ids import ResumePoint, parse_last_event_id, resume_value, validate_session_id
 from gateway.sessions.manager import SessionManager
 
@@ -23,8 +23,8 @@ def sessions_router(manager: SessionManager | None) -> APIRouter:
 
     def checked(session_id: str) -> SessionManager:
         if manager is None:
-            raise GatewayError(404, f"no session {session_id!r}: resumable sessions are disabled on this gateway "
-                                    "(SESSION_STORE=off)", param="session_id", code="sessions_disabled")
+            raise NotFound(f"no session {session_id!r}: resumable sessions are disabled on this gateway "
+                           "(SESSION_STORE=off)", param="session_id", code="sessions_disabled")
         validate_session_id(session_id)
         return manager
 

@@ -12,3 +12,17 @@ def test_ratios_are_against_the_bare_relay_and_failed_requests_are_named():
     assert "| sqlite | - | - | 3.00 | 1.50x |" in text
     assert "**Not comparable, requests failed:** sqlite stream (2 of 8)" in text
     assert "Not comparable" not in report({"bare-relay": results["bare-relay"]}, requests=8, concurrency=4)
+
+
+def test_net_figures_subtract_the_idle_count_and_keep_the_raw_table():
+    results = {"bare-relay": {"non-stream": {"completed": 10, "instructions_per_request": 6e5,
+                                             "idle_instructions": 1e6, "net_instructions_per_request": 5e5}},
+               "sqlite": {"non-stream": {"completed": 10, "instructions_per_request": 2e6,
+                                         "idle_instructions": 1e7, "net_instructions_per_request": 1e6}}}
+    text = report(results, requests=10, concurrency=4)
+    assert "| sqlite | 2.00 | 3.33x | - | - |" in text  # the raw figures, as without --idle
+    assert "| sqlite | 1.00 | 2.00x | - | - | 10.00 |" in text
+    assert "| bare-relay | 0.50 | 1.00x | - | - | 1.00 |" in text
+    assert "Net of the idle rate" not in report({"bare-relay": {"stream": {"completed": 1,
+                                                                         "instructions_per_request": 1.0}}},
+                                                requests=1, concurrency=1)

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from bench import marketplace_search as bench
-from marketplace import taxonomy
+from marketplace.catalogue import taxonomy
 
 
 def test_the_catalogue_is_deterministic_and_uses_category_paths():

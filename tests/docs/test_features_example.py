@@ -27,9 +27,13 @@ def greeter() -> type:
     return namespace["GreeterFeature"]
 
 
+METRICS_KEY = "sk-test-metrics-1357924680"
+
+
 @pytest.fixture
 def settings(fake_engine, tmp_path):
-    return settings_for(fake_engine, database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db", api_keys=[READ_KEY])
+    return settings_for(fake_engine, database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db", api_keys=[READ_KEY],
+                        metrics_api_keys=[METRICS_KEY])
 
 
 async def test_the_feature_serves_its_route_behind_the_gateway_auth_with_its_own_settings(
@@ -48,7 +52,7 @@ async def test_the_feature_serves_its_route_behind_the_gateway_auth_with_its_own
 async def test_the_feature_streams_a_chat_completion_through_the_gateway(greeter, settings, fake_engine):
     async with serving(settings, features={"greeter": greeter}) as client:
         response = await client.post("/api/greeter/poem", headers=bearer(READ_KEY))
-        metrics = (await client.get("/metrics", headers=bearer(READ_KEY))).text
+        metrics = (await client.get("/metrics", headers=bearer(METRICS_KEY))).text
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["x-session-id"]  # sessions are on by default: the stream is resumable
     data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]

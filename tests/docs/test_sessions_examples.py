@@ -22,6 +22,7 @@ DOCS_URL = "http://127.0.0.1:8000"
 PAGE = read_doc("sessions.md")
 [CURL_WALK] = code_blocks(PAGE, "## Drop and resume with curl", "bash")
 [SDK_RESUME] = code_blocks(PAGE, "## Resume with the OpenAI SDK", "python")
+[ANTHROPIC_RESUME] = code_blocks(PAGE, "## Anthropic Messages streams", "python")
 
 
 def complete_events(text: str) -> list[tuple[str | None, str]]:
@@ -78,3 +79,14 @@ async def test_the_sdk_resumes_a_dropped_stream_without_asking_the_engine_again(
     assert printed == "".join(f"t{i} " for i in range(200)) + "\n"
     assert fake_engine.streams_started == 1 and fake_engine.streams_aborted == 0
     assert fake_engine.last.json["model"] == "fake-model"
+
+
+async def test_the_anthropic_sdk_resumes_a_dropped_messages_stream(fake_engine, tmp_path):
+    fake_engine.chunk_delay = 0.01  # 200 tokens in about two seconds: the drop is mid-generation
+    async with running_gateway(gateway_settings(fake_engine, tmp_path, session_store="sqlite")) as (base_url, app):
+        printed = await asyncio.to_thread(run_snippet, ANTHROPIC_RESUME, base_url)
+    # Every token once, in order, though the first connection was dropped after five events.
+    assert printed == "".join(f"t{i} " for i in range(200)) + "\n"
+    assert fake_engine.streams_started == 1 and fake_engine.streams_aborted == 0
+    sent = fake_engine.last.json
+    assert sent["model"] == "fake-model" and "session_id" not in sent  # (the gateway's field is taken out)

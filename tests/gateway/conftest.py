@@ -3,16 +3,20 @@
 ``make_settings(**overrides)`` builds settings for a gateway in front of the ``fake_engine``
 (its own SQLite file, sessions off); ``client`` is that gateway behind an in-process httpx
 client. Session tests (tests/gateway/sessions/) have their own ``make_session_settings``.
+``database_url`` is an empty database of the gateway's own (a SQLite file, and with the
+integration tier a fresh PostgreSQL database), ``migrated`` the same with its tables.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
 from gateway.config import Settings
+from gateway.database.migrations import runner
 from tests.support.fake_engine import settings_for
 from tests.support.gateway import serving
 
@@ -30,3 +34,21 @@ def make_settings(tmp_path, fake_engine) -> Callable[..., Settings]:
 async def client(make_settings) -> AsyncIterator[httpx.AsyncClient]:
     async with serving(make_settings()) as client:
         yield client
+
+
+DATABASES = ["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request, tmp_path) -> str:
+    """An empty database of the gateway: a SQLite file of the test's own, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/gateway.db"
+    return request.getfixturevalue("postgres_database_url")
+
+
+@pytest.fixture
+async def migrated(database_url) -> str:
+    """``database_url`` with the gateway's tables (the migrations run, as at start)."""
+    await asyncio.to_thread(runner.upgrade, database_url)
+    return database_url

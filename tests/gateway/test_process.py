@@ -108,8 +108,10 @@ async def test_connections_beyond_max_connections_are_refused_by_the_server(fake
         for _, writer in idle:
             writer.close()
         async with httpx.AsyncClient(timeout=10) as client:
-            while (await client.get(gateway.base_url + "/livez")).status_code != 200:
-                await asyncio.sleep(0.05)  # the idle connections are closing
+            async def live() -> bool:
+                return (await client.get(gateway.base_url + "/livez")).status_code == 200
+
+            await until(live, what="/livez once the idle connections closed", interval=0.05)
     finally:
         await gateway.stop()
     assert refused.status_code == 503

@@ -135,3 +135,12 @@ def test_the_gateway_on_postgresql_cannot_start_without_a_key_id_secret(compose:
     # own, so an unset secret would change every id at each restart: compose refuses instead.
     env = environment(compose["services"]["gateway"])
     assert env["KEY_ID_SECRET"].startswith("${KEY_ID_SECRET:?")
+
+
+def test_the_engines_scheduler_and_the_gateways_priorities_follow_one_variable(compose: dict) -> None:
+    # vLLM 0.32 silently ignores `priority` under fcfs: the two sides must never disagree.
+    vllm, gateway = compose["services"]["vllm"], compose["services"]["gateway"]
+    assert interpolated_names(engine_flag(vllm["command"], "--scheduling-policy")) == {"ENGINE_SCHEDULING_POLICY"}
+    assert interpolated_names(environment(gateway)["ENGINE_SCHEDULING_POLICY"]) == {"ENGINE_SCHEDULING_POLICY"}
+    assert engine_flag(vllm["command"], "--scheduling-policy") == "${ENGINE_SCHEDULING_POLICY:-fcfs}"
+    assert environment(gateway)["ENGINE_SCHEDULING_POLICY"] == "${ENGINE_SCHEDULING_POLICY:-fcfs}"

@@ -13,7 +13,8 @@ LAUNCHER = Path(__file__).resolve().parents[2] / "launch_vllm.sh"
 # Settings a developer may have exported must not leak into these expectations.
 LAUNCHER_SETTINGS = ("MODEL", "SERVED_MODEL_NAME", "MODEL_ALIASES", "MAX_MODEL_LEN", "GPU_MEMORY_UTILIZATION",
                      "TENSOR_PARALLEL_SIZE", "ENABLE_PREFIX_CACHING", "ENABLE_TOOL_CALLS", "TOOL_CALL_PARSER",
-                     "DTYPE", "VLLM_API_KEY", "VLLM_HOST", "VLLM_PORT", "VLLM_CPU_KVCACHE_SPACE")
+                     "DTYPE", "VLLM_API_KEY", "VLLM_HOST", "VLLM_PORT", "VLLM_CPU_KVCACHE_SPACE",
+                     "ENGINE_SCHEDULING_POLICY")
 
 
 def command(*extra: str, **env: str) -> list[str]:
@@ -32,7 +33,7 @@ def test_cpu_without_a_model_serves_the_embedded_model() -> None:
     argv = command(ENGINE_DEVICE="cpu")
     assert flag(argv, "--model").endswith(".cache/models/embedded-qwen3")
     assert flag(argv, "--served-model-name") == "qwen3-embedded"
-    assert flag(argv, "--max-model-len") == "8192"
+    assert flag(argv, "--max-model-len") == "65536"
     assert {"--enforce-eager", "--enable-prefix-caching", "--enable-auto-tool-choice"} <= set(argv)
     assert flag(argv, "--tool-call-parser") == "hermes"
     assert flag(argv, "--dtype") == "bfloat16"
@@ -65,6 +66,13 @@ def test_settings_come_from_the_environment() -> None:
     assert (flag(argv, "--host"), flag(argv, "--port")) == ("0.0.0.0", "9001")
 
 
+def test_the_priority_scheduler_is_a_setting() -> None:
+    assert "--scheduling-policy" not in command(ENGINE_DEVICE="cpu")  # vLLM's default: fcfs
+    assert "--scheduling-policy" not in command(ENGINE_DEVICE="cpu", ENGINE_SCHEDULING_POLICY="fcfs")
+    assert flag(command(ENGINE_DEVICE="cpu", ENGINE_SCHEDULING_POLICY="priority"), "--scheduling-policy") == "priority"
+    assert flag(command(ENGINE_DEVICE="gpu", ENGINE_SCHEDULING_POLICY="priority"), "--scheduling-policy") == "priority"
+
+
 def test_extra_flags_come_last_so_they_override() -> None:
     argv = command("--max-model-len", "4096", "--max-num-seqs", "8", ENGINE_DEVICE="cpu")
     assert argv[-4:] == ["--max-model-len", "4096", "--max-num-seqs", "8"]
@@ -82,6 +90,7 @@ def test_api_key_stays_out_of_the_command_line() -> None:
     ({"VLLM_PORT": "99999"}, "VLLM_PORT must be a port number"),
     ({"ENGINE_DEVICE": "tpu"}, "ENGINE_DEVICE must be auto, gpu or cpu"),
     ({"MODEL": "not a model"}, "MODEL is neither an existing directory nor a hub id"),
+    ({"ENGINE_SCHEDULING_POLICY": "lifo"}, "ENGINE_SCHEDULING_POLICY must be fcfs or priority, got 'lifo'"),
 ])
 def test_bad_settings_are_refused_in_one_line(env: dict[str, str], reason: str) -> None:
     base = {key: value for key, value in os.environ.items() if key not in LAUNCHER_SETTINGS}

@@ -9,7 +9,7 @@ import pytest
 from geopy.distance import geodesic
 from playwright.async_api import expect
 
-from marketplace.seed import demo_catalogue
+from marketplace.catalogue.demo import demo_catalogue
 from tests.playground.conftest import ADMIN_KEY, READ_KEY, WAIT
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]

@@ -24,8 +24,9 @@ class FakeUpstream:
         self.answers = {path.replace("_", "/"): answer for path, answer in answers.items()}
         self.calls: list[tuple[str, dict, str | None]] = []
 
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
-        self.calls.append((path, payload, request_id))
+    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None) -> dict:
+        """``request``: the request context the gateway passes (its id is what the engine gets)."""
+        self.calls.append((path, payload, request.request_id if request is not None else request_id))
         answer = self.answers[path]
         if isinstance(answer, BaseException):
             raise answer

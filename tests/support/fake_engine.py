@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import orjson
 from aiohttp import web
 
+from tests.support.fake_protocols import stream_for
+
 
 @dataclass
 class Received:
@@ -48,6 +50,7 @@ class FakeEngine:
     streams_active: int = 0       # streams being generated right now
     most_streams_active: int = 0  # the most at once so far
     hold: asyncio.Event | None = None  # set: streams wait for it after their headers, before any chunk
+    hold_after: int = 0  # with ``hold``: the tokens a chat stream sends (after its role chunk) before it waits
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
@@ -55,11 +58,15 @@ class FakeEngine:
     _runner: web.AppRunner | None = None
 
     async def start(self) -> "FakeEngine":
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # above any gateway body limit
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_post("/v1/completions", self._complete)
+        app.router.add_post("/v1/messages", self._other_protocol)
+        app.router.add_post("/v1/responses", self._other_protocol)
+        app.router.add_post("/v1/audio/transcriptions", self._audio)
+        app.router.add_post("/v1/audio/translations", self._audio)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         sock = socket.socket()
@@ -92,6 +99,12 @@ class FakeEngine:
             for name in self.models
         ]
         return web.json_response({"object": "list", "data": data})
+
+    async def _audio(self, request: web.Request) -> web.Response:
+        """A transcription of nothing: records the multipart body as the gateway relayed it."""
+        body = await request.read()
+        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        return web.json_response({"text": "", "usage": {"type": "duration", "seconds": 1}})
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         self.client_ports.add(request.transport.get_extra_info("peername")[1])
@@ -160,7 +173,7 @@ class FakeEngine:
                           "model": payload.get("model"), "choices": [choice]})
 
         try:
-            if self.hold is not None:
+            if self.hold is not None and not (chat and self.hold_after):
                 await self.hold.wait()
             if self.first_chunk_delay:
                 await asyncio.sleep(self.first_chunk_delay)
@@ -170,6 +183,8 @@ class FakeEngine:
                                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                          "logprobs": None, "finish_reason": None}]}))
             for i in range(n_tokens):
+                if self.hold is not None and chat and self.hold_after and i == self.hold_after:
+                    await self.hold.wait()
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)
                 if self.mode == "break_mid_stream" and i == n_tokens // 2:
@@ -186,6 +201,46 @@ class FakeEngine:
                 await response.write(b"data: [DONE]\n\n")
             if self.end_delay:
                 await asyncio.sleep(self.end_delay)  # the body's end comes in a packet of its own, later
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.streams_aborted += 1
+            self.stream_aborted.set()
+            raise
+        return response
+
+
+    async def _other_protocol(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/messages`` and ``/v1/responses``, streamed as vLLM streams them (``fake_protocols``)."""
+        body = await request.read()
+        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        payload = orjson.loads(body)
+        if not payload.get("stream"):
+            return web.json_response({"error": {"message": "the fake engine streams these routes only",
+                                                "type": "BadRequestError", "param": "stream", "code": 400}},
+                                     status=400)
+        self.streams_started += 1
+        return await self.protocol_stream(request, payload)
+
+    async def protocol_stream(self, request: web.Request, payload: dict, *, text_prefix: str = "t",
+                              die_after: int | None = None, stall_after: int | None = None) -> web.StreamResponse:
+        """Stream ``payload``'s events (``t0 t1 ...`` unless ``text_prefix`` differs); ``die_after``
+        tokens the connection is cut, ``stall_after`` tokens the engine falls silent."""
+        shape = stream_for(request.path, payload, request.headers.get("x-request-id", "fake"))
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            await response.write(b"".join(shape.opening()))
+            for i in range(shape.budget):
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+                if die_after is not None and i == die_after or self.mode == "break_mid_stream" and i == shape.budget // 2:
+                    request.transport.close()  # the engine dies mid-stream
+                    return response
+                if stall_after is not None and i == stall_after:
+                    await asyncio.sleep(3600)
+                await response.write(shape.token(f"{text_prefix}{i} "))
+            await response.write(b"".join(shape.closing(shape.budget)))
         except (ConnectionResetError, asyncio.CancelledError):
             self.streams_aborted += 1
             self.stream_aborted.set()

@@ -34,7 +34,8 @@ async def serving(settings: Settings, *, features: dict | None = None) -> AsyncI
     app = create_app(settings, features=features)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        # (localhost: a gateway without keys answers only requests addressed to this machine)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
 

@@ -55,4 +55,9 @@ class GatewayProcess:
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else 0
         self.process.send_signal(sig)
-        return await asyncio.to_thread(self.process.wait, timeout)
+        try:
+            return await asyncio.to_thread(self.process.wait, timeout)
+        except subprocess.TimeoutExpired:  # a frozen gateway must not outlive its test
+            self.process.kill()
+            await asyncio.to_thread(self.process.wait)
+            raise AssertionError(f"gateway still running {timeout}s after {sig!r}: killed (log: {self.log_path})")

@@ -24,7 +24,7 @@ def streaming_app(first_chunk_seen: threading.Event, disconnected: threading.Eve
             await asyncio.to_thread(first_chunk_seen.wait, 10)
             yield b"data: second\n\n"
             try:
-                while not await request.is_disconnected():
+                while not await request.is_disconnected():  # bounded: the server stops it when the test ends
                     yield b": keep-alive\n\n"
                     await asyncio.sleep(0.05)
             finally:  # Starlette cancels the body when the client goes away

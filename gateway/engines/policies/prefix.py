@@ -1,6 +1,6 @@
-"""The default: session affinity, else prefix affinity, else least load (all load-aware).
+"""The default: key affinity, else prefix affinity, else least load (all load-aware).
 
-A request with an affinity key follows it (``policies.session``). Otherwise requests that
+A request with an affinity key follows it (``policies.affinity``). Otherwise requests that
 share a prompt prefix (``engines.routing.openai_prefix``: a conversation's opening, a
 completion's leading part) go to the engine the prefix hashes to, with the same bounded
 loads: that engine has the prefix's KV blocks cached from the earlier requests, so vLLM
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.engines.engine import Engine
+from gateway.engines.policies.affinity import affinity_choice
 from gateway.engines.policies.least_load import least_loaded
-from gateway.engines.policies.session import affinity_choice
 from gateway.engines.routing import RouteHints
 
 
@@ -32,7 +32,7 @@ class PrefixAndLoad:
                serving: Sequence[Engine]) -> tuple[Engine, str]:
         if route is not None:
             if route.affinity_key:
-                return affinity_choice("session", route.affinity_key, candidates, serving, self.load_bound)
+                return affinity_choice("affinity", route.affinity_key, candidates, serving, self.load_bound)
             if route.prefix:
                 return affinity_choice("prefix", route.prefix, candidates, serving, self.load_bound)
         self._turn += 1

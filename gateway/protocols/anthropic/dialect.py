@@ -104,18 +104,29 @@ class AnthropicDialect:
         return AnthropicTracker(collect_text=collect_text)
 
     def error_events(self, message: str, code: str) -> list[bytes]:
-        return [b"event: error\ndata: " + error_event_data(message)]
+        kind = "rate_limit_error" if code in ("insufficient_quota", "rate_limit_exceeded") else "api_error"
+        return [b"event: error\ndata: " + error_event_data(message, kind)]
 
     def is_last(self, frame: bytes) -> bool:
         return STOP_EVENT in frame or ERROR_EVENT in frame
 
-    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
                          model: object, choices: int) -> list[bytes]:
-        """A ``message_delta`` with stop reason "cancelled", then ``message_stop``."""
-        return [_event("message_delta", {"type": "message_delta",
-                                         "delta": {"stop_reason": CANCELLED_STOP_REASON, "stop_sequence": None},
-                                         "usage": {"output_tokens": 0}, "cancel_reason": reason}),
-                _event("message_stop", {"type": "message_stop"})]
+        """A ``message_delta`` with stop reason "cancelled", then ``message_stop``.
+
+        A stream stopped before its ``message_start`` went out gets one first (a Messages
+        stream opens with it; the SDKs read the message from it), with an id made from the run's.
+        """
+        events = []
+        if first_event is None:
+            events.append(_event("message_start", {"type": "message_start", "message": {
+                "id": f"msg_{run_id}", "type": "message", "role": "assistant", "content": [], "model": model,
+                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}}))
+        events.append(_event("message_delta", {"type": "message_delta",
+                                               "delta": {"stop_reason": CANCELLED_STOP_REASON, "stop_sequence": None},
+                                               "usage": {"output_tokens": 0}, "cancel_reason": reason}))
+        events.append(_event("message_stop", {"type": "message_stop"}))
+        return events
 
 
 ANTHROPIC = AnthropicDialect()

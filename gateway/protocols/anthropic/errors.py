@@ -5,7 +5,8 @@ chosen by status from Anthropic's own list (the SDK raises its typed exceptions 
 clients that switch on ``error.type`` see the names they know). vLLM uses other names on
 these routes (``NotFoundError``, ``Bad Request``) and answers request-validation failures in
 OpenAI's envelope with a Python-repr message; both are rewritten here, the validation
-message as ``<field>: <what is wrong>``.
+message as ``<field>: <what is wrong>``, and a message about vLLM's ``max_completion_tokens``
+(the field vLLM converts Anthropic's ``max_tokens`` into) names ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def anthropic_type(status: int) -> str:
 def anthropic_message(error: GatewayError) -> str:
     """The message, with vLLM's validation dump (OpenAI shape, ``param: body.<field>``) made readable."""
     message = error.message
-    if isinstance(error, EngineHTTPError) and error.param and _VALIDATION_DUMP.match(message):
+    if isinstance(error.__cause__, EngineHTTPError) and error.param and _VALIDATION_DUMP.match(message):
         field = error.param.removeprefix("body").lstrip(".") or "body"
         found = _VALIDATION_MSG.search(message)
         text = (found.group(1) if found.group(1) is not None else found.group(2)) if found else "invalid value"
         return f"{field}: {text}"
+    if isinstance(error, EngineHTTPError):  # vLLM checks the converted request: its field, Anthropic's name
+        return message.replace("max_completion_tokens", "max_tokens")
     return message
 
 

@@ -5,27 +5,33 @@ as ``x-api-key`` or ``Authorization: Bearer`` (``http.auth``), any ``anthropic-v
 ``anthropic-beta`` header (vLLM reads neither; they are not forwarded), a query string such
 as ``?beta=true`` (the engine path never carries it). The body is read once for what the
 gateway checks itself (``model`` and ``max_tokens`` present and well typed, ``stream`` a
-boolean, numbers within 64 bits) and to resolve a model alias; otherwise it reaches vLLM as
-written. Streams are relayed event by event (``dialect``), plainly: a client that leaves
-aborts the engine's generation. Every error leaves in Anthropic's envelope (``errors``).
+boolean, numbers within 64 bits), to resolve a model alias and to take out the gateway's own
+``session_id``; otherwise it reaches vLLM as written. A stream goes through the stream
+backend like an OpenAI chat stream (``dialect``): with sessions on (``SESSION_STORE``) every
+event carries ``id: <session_id>:<index>``, a dropped stream resumes with ``Last-Event-ID``,
+``POST /v1/cancel/{session_id}`` stops it, and a greedy one whose engine dies goes on on
+another engine (``continuation``); a client that leaves a session nobody named aborts the
+engine's generation. Every error leaves in Anthropic's envelope (``errors``).
 """
 
 from __future__ import annotations
 
 import orjson
-from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
 from gateway.engines.routing import RouteHints
 from gateway.http.body import read_body
+from gateway.http.context import RequestContext
 from gateway.http.raw_routes import RawRoute
+from gateway.protocols.anthropic.continuation import continuation_for
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
-from gateway.protocols.common import table
+from gateway.protocols.common import budget, table
 from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object
-from gateway.relay.context import StreamCall
-from gateway.relay.plain import PlainStreamResponse
-from gateway.relay.unary import RelayJSONResponse
+from gateway.protocols.common.sessions import asked_resume, take_session_id
+from gateway.relay.call import StreamCall
+from gateway.relay.unary import relay_json
+from gateway.sessions.ids import SESSION_ID_PATTERN, validate_session_id
 
 TAGS = ("Anthropic-compatible",)
 MESSAGES_PATH = "/v1/messages"
@@ -36,32 +42,56 @@ class AnthropicMessages:
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    async def _prepare(self, scope: Scope, receive: Receive, *, count_only: bool) -> tuple[dict, bytes, RouteHints]:
-        raw = await read_body(receive)
-        payload = json_object(raw)
+    async def _prepare(self, payload: dict, raw: bytes, request: RequestContext, *,
+                       count_only: bool) -> tuple[bytes, RouteHints, str | None]:
         model = expect_str(payload, "model", required=True)
         expect_list(payload, "messages", required=True)
+        session_id = None
+        changed = False
         if not count_only:
             expect_int(payload, "max_tokens", required=True, minimum=1)
-            expect_bool(payload, "stream")
+            stream = expect_bool(payload, "stream")
+            if "session_id" in payload:
+                session_id = take_session_id(payload, stream=stream, resumable=self.core.streams.resumable)
+                changed = True
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()
         upstream = engine_state.resolve_model(model)
-        body = raw
         if upstream is not None:
             payload["model"] = model = upstream
-            body = orjson.dumps(payload)
+            changed = True
+        if not count_only and await budget.fit_payload(budget.MESSAGES, payload, body_bytes=len(raw),
+                                                       request=request, core=self.core):
+            changed = True
+        body = orjson.dumps(payload) if changed else raw
         metadata = payload.get("metadata")
         user = metadata.get("user_id") if isinstance(metadata, dict) else None
-        return payload, body, RouteHints(model=model, affinity_key=user if isinstance(user, str) else None)
+        affinity = session_id or (user if isinstance(user, str) else None)
+        return body, RouteHints(model=model, affinity_key=affinity), session_id
 
-    async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
-        payload, body, hints = await self._prepare(scope, receive, count_only=False)
-        ctx = self.core.relay_context(scope, error_shape=ANTHROPIC_SHAPE)
+    async def messages(self, request: RequestContext) -> None:
+        core = self.core
+        raw = await read_body(request.receive)
+        payload = json_object(raw)
+        resume_from = asked_resume(request)
+        if resume_from is not None and core.streams.resumable:
+            # The same POST with Last-Event-ID: the rest of the session from its log, no engine needed.
+            session_id = payload.get("session_id")
+            call = StreamCall(path=MESSAGES_PATH, body=b"", dialect=ANTHROPIC, resume_from=resume_from,
+                              session_id=validate_session_id(session_id) if session_id is not None else None)
+            response = await core.streams.stream(call, request)
+            await response(request.scope, request.receive, request.send)
+            return
+        body, hints, session_id = await self._prepare(payload, raw, request, count_only=False)
         if payload.get("stream"):
-            call = StreamCall(path=MESSAGES_PATH, body=body, dialect=ANTHROPIC, model=hints.model, route=hints)
-            await PlainStreamResponse(call, ctx)(scope, receive, send)
+            continuation = None
+            if core.streams.resumable and core.engine_state.continues_streams:
+                continuation = continuation_for(payload, path=MESSAGES_PATH, body=body)
+            call = StreamCall(path=MESSAGES_PATH, body=body, dialect=ANTHROPIC, model=hints.model, route=hints,
+                              session_id=session_id, continuation=continuation)
+            response = await core.streams.stream(call, request)
+            await response(request.scope, request.receive, request.send)
             return
 
         async def count_usage(answer: bytes) -> bytes:
@@ -69,18 +99,17 @@ class AnthropicMessages:
                 usage = orjson.loads(answer).get("usage") or {}
             except (orjson.JSONDecodeError, AttributeError):
                 return answer
-            ctx.metrics.count_usage(ctx.key_id, {"prompt_tokens": usage.get("input_tokens"),
-                                                 "completion_tokens": usage.get("output_tokens")})
+            core.metrics.count_usage(request.key_id, {"prompt_tokens": usage.get("input_tokens"),
+                                                      "completion_tokens": usage.get("output_tokens")})
             return answer
 
-        await RelayJSONResponse("POST", MESSAGES_PATH, body, ctx, count_usage=False, route=hints,
-                                on_success=count_usage)(scope, receive, send)
+        await relay_json(request, core.relay, "POST", MESSAGES_PATH, body, count_usage=False, route=hints,
+                         on_success=count_usage)
 
-    async def count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
-        _, body, hints = await self._prepare(scope, receive, count_only=True)
-        ctx = self.core.relay_context(scope, error_shape=ANTHROPIC_SHAPE)
-        await RelayJSONResponse("POST", COUNT_TOKENS_PATH, body, ctx, count_usage=False,
-                                route=hints)(scope, receive, send)
+    async def count_tokens(self, request: RequestContext) -> None:
+        raw = await read_body(request.receive)
+        body, hints, _ = await self._prepare(json_object(raw), raw, request, count_only=True)
+        await relay_json(request, self.core.relay, "POST", COUNT_TOKENS_PATH, body, count_usage=False, route=hints)
 
     def routes(self) -> list[RawRoute]:
         handlers = {("POST", MESSAGES_PATH): self.messages, ("POST", COUNT_TOKENS_PATH): self.count_tokens}
@@ -104,6 +133,8 @@ MESSAGES_SCHEMA = {
         "temperature": {"type": "number", "minimum": 0},
         "tools": {"type": "array", "items": {"type": "object"}},
         "metadata": {"type": "object", "properties": {"user_id": {"type": "string"}}},
+        "session_id": {"type": "string", "pattern": SESSION_ID_PATTERN,
+                       "description": "the gateway's: names a resumable session (streams only)"},
     },
 }
 COUNT_TOKENS_SCHEMA = {

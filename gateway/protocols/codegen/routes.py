@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from gateway.core import Core
 from gateway.http.auth import PrincipalDep
+from gateway.http.context import request_context
 from gateway.http.disconnect import DisconnectWatcher
 from gateway.protocols.codegen import service
 from gateway.protocols.codegen.protocol import (
@@ -26,6 +27,7 @@ from gateway.protocols.codegen.protocol import (
     ModelInfoResponse,
     extract_code_response,
 )
+from gateway.relay.metering import metered
 
 T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client left first"; only ever seen in logs
@@ -50,10 +52,6 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T | Resp
         watcher.stop()
 
 
-def _request_id(request: Request) -> str | None:
-    return request.scope.get("state", {}).get("request_id")
-
-
 def codegen_router(core: Core) -> APIRouter:
     router = APIRouter(tags=["code generation"])
     dtypes = service.CheckpointDtypes()
@@ -63,8 +61,8 @@ def codegen_router(core: Core) -> APIRouter:
         return await service.model_info(engine=core.engine_state, settings=core.settings, dtypes=dtypes)
 
     async def _generate(body: GenerateRequest, request: Request, *, extract: bool) -> Any:
-        work = service.generate(request=body, extract=extract, upstream=core.engines, engine=core.engine_state,
-                                settings=core.settings, request_id=_request_id(request))
+        work = service.generate(request=body, extract=extract, upstream=metered(core), engine=core.engine_state,
+                                settings=core.settings, context=request_context(request.scope))
         return await unless_client_leaves(request, work)
 
     @router.post("/generate", response_model=GenerateResponse, summary="Complete a prompt; return the code")
@@ -78,8 +76,8 @@ def codegen_router(core: Core) -> APIRouter:
 
     @router.post("/chat", response_model=ChatResponse, summary="Answer a conversation with the model's chat template")
     async def chat(body: ChatRequest, request: Request, _: PrincipalDep) -> Any:
-        work = service.chat(request=body, upstream=core.engines, engine=core.engine_state, settings=core.settings,
-                            request_id=_request_id(request))
+        work = service.chat(request=body, upstream=metered(core), engine=core.engine_state, settings=core.settings,
+                            context=request_context(request.scope))
         return await unless_client_leaves(request, work)
 
     @router.post("/extract-code", response_model=ExtractCodeResponse, summary="Extract code from a markdown answer")

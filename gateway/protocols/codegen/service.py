@@ -23,7 +23,8 @@ from typing import Any
 
 from gateway.config import Settings
 from gateway.engines.device import reported_device
-from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError
+from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
+from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 from gateway.protocols.codegen.extract import extract_code
 from gateway.protocols.codegen.protocol import (
@@ -76,11 +77,11 @@ def codegen_error(exc: EngineError, *, field: str = "prompt") -> GatewayError:
         if is_context_length_error(exc):
             return GatewayError(400, f"{field} is too long for the model's context: {message}", param=field)
         return GatewayError(status, f"The engine refused the request: {message}", param=exc.param)
-    if exc.status == 503:  # EngineUnavailable: unreachable or refusing connections
+    if isinstance(exc, EngineUnavailable):  # unreachable or refusing connections
         return GatewayError(503, f"{MODEL_NOT_LOADED} ({exc.message})", code="engine_unavailable")
-    if exc.status == 504:  # EngineTimeout
+    if isinstance(exc, EngineTimeout):
         return GatewayError(504, f"Generation timed out: {exc.message}", code="engine_timeout")
-    return exc if exc.status == 502 else GatewayError(502, exc.message, code="bad_gateway")
+    return GatewayError(502, exc.message, code=exc.code if isinstance(exc, BadGateway) else "bad_gateway")
 
 
 def is_context_length_error(exc: EngineHTTPError) -> bool:
@@ -100,7 +101,7 @@ def engine_errors(*, field: str = "prompt") -> Iterator[None]:
 
 
 async def fit_max_tokens(
-    *, upstream, model: str, prompt: dict[str, Any], max_tokens: int, field: str, request_id: str | None
+    *, upstream, model: str, prompt: dict[str, Any], max_tokens: int, field: str, context: RequestContext | None
 ) -> int:
     """``max_tokens`` lowered to the room the prompt leaves in the context; 400 when none is left.
 
@@ -109,7 +110,7 @@ async def fit_max_tokens(
     """
     try:
         measured = await upstream.post_json(
-            "/tokenize", {"model": model, **prompt}, request_id=request_id
+            "/tokenize", {"model": model, **prompt}, request=context
         )
     except EngineHTTPError as exc:
         if exc.upstream_status == 404:  # an engine without /tokenize: its own check is the backstop
@@ -133,7 +134,7 @@ async def fit_max_tokens(
 def _choices(answer: dict) -> list[dict]:
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
-        raise BadGateway("the inference engine's answer has no choices")
+        raise GatewayError(502, "the inference engine's answer has no choices", code="bad_gateway")
     return sorted(choices, key=lambda choice: choice.get("index", 0))
 
 
@@ -141,7 +142,7 @@ def _completion_tokens(answer: dict) -> int:
     usage = answer.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not isinstance(tokens, int):
-        raise BadGateway("the inference engine's answer has no token usage")
+        raise GatewayError(502, "the inference engine's answer has no token usage", code="bad_gateway")
     return tokens
 
 
@@ -151,7 +152,8 @@ def _finish_reason(choice: dict) -> str:
 
 # --- the routes' work ----------------------------------------------------------------
 async def generate(
-    *, request: GenerateRequest, extract: bool, upstream, engine, settings: Settings, request_id: str | None = None
+    *, request: GenerateRequest, extract: bool, upstream, engine, settings: Settings,
+    context: RequestContext | None = None,
 ) -> GenerateResponse:
     """Complete a plain-text prompt; with ``extract``, return the code of each sequence."""
     await require_engine(engine=engine)
@@ -160,10 +162,10 @@ async def generate(
     with engine_errors():
         params["max_tokens"] = await fit_max_tokens(
             upstream=upstream, model=model, prompt={"prompt": request.prompt},
-            max_tokens=params["max_tokens"], field="prompt", request_id=request_id,
+            max_tokens=params["max_tokens"], field="prompt", context=context,
         )
         answer = await upstream.post_json(
-            "/v1/completions", {"model": model, "prompt": request.prompt, **params}, request_id=request_id
+            "/v1/completions", {"model": model, "prompt": request.prompt, **params}, request=context
         )
     choices = _choices(answer)
     texts = [str(choice.get("text") or "") for choice in choices]
@@ -181,7 +183,7 @@ async def generate(
 
 
 async def chat(
-    *, request: ChatRequest, upstream, engine, settings: Settings, request_id: str | None = None
+    *, request: ChatRequest, upstream, engine, settings: Settings, context: RequestContext | None = None
 ) -> ChatResponse:
     """Answer the conversation's last user message through the model's own chat template."""
     problem = validate_conversation(request.messages)
@@ -194,10 +196,10 @@ async def chat(
     with engine_errors(field="messages"):
         params["max_tokens"] = await fit_max_tokens(
             upstream=upstream, model=model, prompt={"messages": messages, "add_generation_prompt": True},
-            max_tokens=params["max_tokens"], field="messages", request_id=request_id,
+            max_tokens=params["max_tokens"], field="messages", context=context,
         )
         answer = await upstream.post_json(
-            "/v1/chat/completions", {"model": model, "messages": messages, **params}, request_id=request_id
+            "/v1/chat/completions", {"model": model, "messages": messages, **params}, request=context
         )
     choice = _choices(answer)[0]
     message = choice.get("message")

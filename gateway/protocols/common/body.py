@@ -7,6 +7,11 @@ with a 500. So a body with a long run of digits, or one orjson refuses, is read 
 standard library, which keeps every number as written, and a number out of range is a 400
 naming its field (``max_output_tokens``, ``input.0.content``).
 
+Nesting is bounded (``MAX_DEPTH``): orjson refuses to read past 1024 levels and to write
+past 255, the standard library's reader runs out of stack, and a body the gateway rewrites
+(a model alias, a budget) is written again; a body nested deeper than any real request is a
+400 naming ``body`` (code ``depth_limit_exceeded``), before anything else reads it.
+
 The small ``expect_*`` helpers check the fields a protocol reads itself, with the same kind
 of error: ``'stream' must be a boolean``.
 """
@@ -22,6 +27,7 @@ import orjson
 from gateway.http.errors import GatewayError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DEPTH = 255  # levels of arrays and objects: what orjson writes (real tools' JSON schemas use a dozen)
 _LONG_NUMBER = re.compile(rb"\d{19}")  # int64's largest value has 19 digits
 
 
@@ -32,8 +38,11 @@ def json_object(raw: bytes) -> dict:
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):  # deeper than orjson reads (1024 levels)
+            raise too_deep() from None
         payload = _reread(raw, exc)
     else:
+        check_depth(raw, payload)
         if _LONG_NUMBER.search(raw) is not None:
             _check_numbers(_reread(raw, None), "")
     if not isinstance(payload, dict):
@@ -41,13 +50,36 @@ def json_object(raw: bytes) -> dict:
     return payload
 
 
+def check_depth(raw: bytes, payload: object) -> None:
+    """A 400 if ``payload`` (parsed from ``raw``) nests arrays and objects deeper than ``MAX_DEPTH``.
+
+    Writing it again with orjson finds out at C speed (orjson refuses to write deeper than
+    255 levels); a body with fewer brackets than that cannot be that deep and is not written.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return
+    try:
+        orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
+        if "recursion" in str(exc).lower():
+            raise too_deep() from None
+
+
+def too_deep() -> GatewayError:
+    return GatewayError(400, f"request body is nested too deeply: at most {MAX_DEPTH} levels of arrays and objects",
+                        param="body", code="depth_limit_exceeded")
+
+
 def _reread(raw: bytes, orjson_error: Exception | None) -> object:
     """The body parsed by the standard library (numbers as written); a 400 if it is not JSON at all."""
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:
         detail = exc if orjson_error is None else orjson_error
         raise GatewayError(400, f"request body is not valid JSON: {detail}", param="body") from exc
+    check_depth(raw, value)
     _check_numbers(value, "")
     return value
 

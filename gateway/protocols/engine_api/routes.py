@@ -14,19 +14,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 from fastapi import APIRouter, Request
-from starlette.types import Receive, Scope, Send
+from starlette.datastructures import Headers, QueryParams
 
 from gateway.core import Core
 from gateway.engines.errors import EngineHTTPError
 from gateway.engines.routing import RouteHints
+from gateway.http.body import read_body
+from gateway.http.context import RequestContext
 from gateway.http.errors import OPENAI_SHAPE, ErrorShape, ErrorShapes, GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import table
 from gateway.protocols.common.body import expect_str, json_object
 from gateway.protocols.engine_api import multipart
-from gateway.relay.unary import RelayJSONResponse
+from gateway.relay.unary import relay_json
 
 TAGS = ("vLLM engine API",)
 MULTIPART_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
@@ -37,7 +41,8 @@ def _explained_404(explanation: str):
     """The OpenAI envelope; the engine's bare route 404 ({"detail": "Not Found"}) gets ``explanation``."""
 
     def body(error: GatewayError) -> bytes:
-        if isinstance(error, EngineHTTPError) and error.upstream_status == 404 and error.message == "Not Found":
+        refusal = error.__cause__
+        if isinstance(refusal, EngineHTTPError) and refusal.upstream_status == 404 and error.message == "Not Found":
             error = GatewayError(404, f"Not Found: {explanation}", code="route_not_served")
         return orjson.dumps(error.envelope())
 
@@ -74,17 +79,16 @@ class EngineAPI:
         self.core = core
         self.admin_paths = frozenset(core.settings.engine_admin_routes)
 
-    async def relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def relay(self, request: RequestContext) -> None:
         """Serve one POST to a relayed route (its path is the engine's)."""
-        path = scope["route"].path
-        request = Request(scope, receive)
-        raw = await request.body()
+        path = request.route.path
+        raw = await read_body(request.receive)
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()
         content_type = None
         if path in MULTIPART_PATHS:
-            content_type = request.headers.get("content-type", "")
+            content_type = Headers(scope=request.scope).get("content-type", "")
             body, model = multipart.with_model(raw, content_type, engine_state.resolve_model)
         else:
             payload = json_object(raw)
@@ -94,29 +98,28 @@ class EngineAPI:
             if upstream is not None:
                 payload["model"] = model = upstream
                 body = orjson.dumps(payload)
-        ctx = self.core.relay_context(scope, error_shape=ENGINE_SHAPE)
         hints = RouteHints(model=model or engine_state.default_model)
-        await RelayJSONResponse("POST", path, body, ctx, route=hints, content_type=content_type)(scope, receive, send)
+        await relay_json(request, self.core.relay, "POST", path, body, route=hints, content_type=content_type)
 
-    async def admin(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def admin(self, request: RequestContext) -> None:
         """An operational route for an admin key: relayed with its query string."""
-        principal = scope["state"].get("principal")
+        principal = request.principal
         if principal is None or not principal.can_write:
-            raise GatewayError(403, f"{scope['path']} needs an admin key (ADMIN_API_KEYS)",
+            raise GatewayError(403, f"{request.scope['path']} needs an admin key (ADMIN_API_KEYS)",
                                code="insufficient_permissions")
-        request = Request(scope, receive)
-        raw = await request.body()
-        target = scope["route"].path + _admin_query(request.query_params)
-        ctx = self.core.relay_context(scope, error_shape=ADMIN_SHAPE)
-        await RelayJSONResponse("POST", target, raw or None, ctx, count_usage=False,
-                                route=RouteHints(model=self.core.engine_state.default_model))(scope, receive, send)
+        raw = await read_body(request.receive)
+        target = request.route.path + _admin_query(QueryParams(request.scope["query_string"]))
+        await relay_json(request, self.core.relay, "POST", target, raw or None, count_usage=False,
+                         route=RouteHints(model=self.core.engine_state.default_model))
 
     def routes(self) -> list[RawRoute]:
         relayed = table.rows("engine_api", table.RELAYED)
         admin = [row for row in table.rows("engine_api", table.ADMIN) if row.path in self.admin_paths]
         handlers = {(row.method, row.path): self.relay for row in relayed}
         handlers.update({(row.method, row.path): self.admin for row in admin})
-        return (table.bind(relayed, handlers, error_shape=ENGINE_SHAPE, tags=TAGS)
+        relayed_routes = [dataclasses.replace(route, multipart=route.path in MULTIPART_PATHS)
+                          for route in table.bind(relayed, handlers, error_shape=ENGINE_SHAPE, tags=TAGS)]
+        return (relayed_routes
                 + table.bind(admin, handlers, error_shape=ADMIN_SHAPE, tags=("vLLM engine admin",)))
 
     def refused_paths(self) -> list[str]:

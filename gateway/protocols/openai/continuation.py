@@ -17,8 +17,8 @@ Only requests whose run is reproducible are continued: greedy (``temperature: 0`
 (``seed``), one choice, no ``logprobs``, no tools. While skipping, every replayed piece of text
 is compared with what clients have; on a mismatch (two runs of one greedy request do not
 always agree: on the vLLM CPU engine a prefix-cache hit can change the answer) the replay is
-dropped and the stream goes on from exactly what clients have (:meth:`ChatReplay.resume`,
-``openai.resume``), so the client still gets one stream with no repeated or missing text, only
+dropped and the stream goes on from exactly what clients have (:meth:`ChatReplay.extend`,
+``openai.extend``), so the client still gets one stream with no repeated or missing text, only
 no longer the uninterrupted run's rest; when even that is impossible the stream ends with
 ``continuation_diverged``, never a spliced answer.
 """
@@ -29,8 +29,10 @@ import orjson
 
 from gateway.engines.client import EngineClient
 from gateway.engines.routing import RouteHints
+from gateway.http.context import RequestContext
+from gateway.protocols.openai import reasoning
 from gateway.protocols.openai.delivered import DONE, Delivered
-from gateway.protocols.openai.resume import resume_from
+from gateway.protocols.openai.extend import extend_from
 from gateway.relay.continuation import ContinuationDiverged, Replay
 from gateway.relay.sse import SEPARATOR, event_json, split_events
 
@@ -64,14 +66,13 @@ class ChatReplay:
             return None
         return Replay(self.path, self.body, SkipDelivered(seen))
 
-    async def resume(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
-                     request_id: str) -> Replay | None:
+    async def extend(self, delivered: list[bytes], *, engines: EngineClient, route: RouteHints,
+                     request: RequestContext) -> Replay | None:
         """The chat with what clients have of the answer as its final assistant message, continued."""
         seen = Delivered.read(delivered)
         if seen is None:
             return None
-        return await resume_from(seen, path=self.path, body=self.body, engines=engines, route=route,
-                                 request_id=request_id)
+        return await extend_from(seen, path=self.path, body=self.body, engines=engines, route=route, request=request)
 
 
 def continuation_for(payload: dict, *, path: str, body: bytes) -> ChatReplay | None:
@@ -110,6 +111,7 @@ class SkipDelivered:
             return None if seen.usage_sent else _event_bytes(data)
         choice = choices[0]
         delta = choice.get("delta") or {}
+        reasoning.name_both(delta)  # as clients got it (the tracker names it both ways after this filter)
         keep = False
         for field in list(delta):
             piece = delta[field]

@@ -2,7 +2,7 @@
 
 When a stream's engine fails, both ways of going on start from it: a replay elsewhere skips
 exactly this and checks it is the same (``openai.continuation``), going on from what was sent
-appends to exactly this (``openai.resume``).
+appends to exactly this (``openai.extend``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ vLLM sends one ``data: {...}`` event per decode step and, when asked with
 gateway always asks for it (per-key accounting) and drops it again for clients that did
 not. Tracking is cheap by default: a few byte searches per event, JSON decoded only for the
 usage chunk, or for every event when a caller wants the text (the marketplace stores the
-answer it streamed).
+answer it streamed). Chunks with reasoning get it under both of its names (``reasoning``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 
 import orjson
 
+from gateway.protocols.openai import reasoning
 from gateway.relay.dialect import StreamResult
 from gateway.relay.sse import SEPARATOR, event_json, split_events
 
@@ -23,6 +24,7 @@ ROLE_FIELD = b'"role":"assistant"'
 # finish_reason of the chunk that ends a cancelled generation (not an OpenAI value: clients
 # that switch on finish_reason see something they can tell apart from "stop" and "length").
 CANCELLED_FINISH_REASON = "cancelled"
+CHUNK_ID_PREFIX = "chatcmpl-"  # vLLM's chat chunk ids: the prefix, then the request's id
 
 
 def error_event(message: str, *, type: str = "upstream_error", code: str | None = None) -> bytes:
@@ -50,6 +52,8 @@ class OpenAITracker:
         self._first_read = True
 
     def accept(self, block: bytes) -> bytes:
+        if reasoning.MARK in block:
+            block = reasoning.stream_block(block)
         if self._first_read:
             # A chat stream opens with one role-only chunk per choice (vLLM: in its first
             # read): events, but no token. A completion stream has none. JSON escapes the
@@ -150,16 +154,17 @@ class OpenAIDialect:
     def is_last(self, frame: bytes) -> bool:
         return frame.endswith(DONE_FRAME_TAIL)
 
-    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
                          model: object, choices: int) -> list[bytes]:
         """A chunk whose every choice ends with finish_reason "cancelled", then [DONE].
 
         It copies ``id``, ``created``, ``object`` and ``model`` from the generation's first
-        chunk, so it reads as the stream's own last chunk.
+        chunk, so it reads as the stream's own last chunk; a stream stopped before its first
+        chunk gets vLLM's id format for the run (``chatcmpl-<id>``).
         """
         head = (event_json(first_event) if first_event is not None else None) or {}
         chunk = {
-            "id": head.get("id", fallback_id),
+            "id": head.get("id", CHUNK_ID_PREFIX + run_id),
             "object": head.get("object", "chat.completion.chunk"),
             "created": head.get("created", int(time.time())),
             "model": head.get("model", model),

@@ -7,7 +7,7 @@ out. Every other field, known to the gateway or not, reaches vLLM as the client 
 
 The same reading fills the routing hints (``engines.routing``): the engine-side model, the
 affinity key (the ``session_id``, else the OpenAI ``user``; an ``x-session-affinity`` header
-wins over both, see ``core``), and, only when the routing policy reads it, the prompt's
+wins over both, see ``http.context``), and, only when the routing policy reads it, the prompt's
 prefix. A streamed chat in a resumable session whose run is reproducible also gets its
 continuation (``openai.continuation``): how to produce it again if its engine fails.
 """
@@ -21,8 +21,9 @@ import orjson
 from gateway.engines.routing import RouteHints, openai_hints
 from gateway.engines.state import EngineState
 from gateway.http.errors import GatewayError
+from gateway.protocols.common.body import check_depth, too_deep
+from gateway.protocols.common.sessions import take_session_id
 from gateway.protocols.openai.continuation import ChatReplay, continuation_for
-from gateway.sessions.ids import validate_session_id
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -53,7 +54,10 @@ def parse_body(raw: bytes) -> dict:
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise too_deep() from None
         raise GatewayError(400, f"request body is not valid JSON: {exc}", param="body") from exc
+    check_depth(raw, payload)  # the gateway may write it again (a model alias, a budget)
     if not isinstance(payload, dict):
         raise GatewayError(400, "request body must be a JSON object", param="body")
     return payload
@@ -75,17 +79,10 @@ def prepare(raw: bytes | None, payload: dict, *, path: str, engine: EngineState,
 
     session_id = None
     if "session_id" in payload:
-        session_id = payload.pop("session_id")
         changed = True
-        if session_id is not None:
-            if not stream:
-                raise GatewayError(400, "'session_id' is only valid with \"stream\": true", param="session_id")
-            if path != CHAT_PATH:
-                raise GatewayError(400, "'session_id' is only valid for chat completions", param="session_id")
-            if not resumable:
-                raise GatewayError(400, "resumable sessions are disabled on this gateway (SESSION_STORE=off)",
-                                   param="session_id")
-            session_id = validate_session_id(session_id)
+        if stream is True and path != CHAT_PATH and payload["session_id"] is not None:
+            raise GatewayError(400, "'session_id' is only valid for chat completions", param="session_id")
+        session_id = take_session_id(payload, stream=stream, resumable=resumable)
 
     client_wants_usage = False
     if stream:

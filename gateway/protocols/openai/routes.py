@@ -14,35 +14,38 @@ Each also answers without ``/v1`` (``/chat/completions``, ...): the paths come f
 engine-API table (``protocols.common.table``).
 
 A streamed chat completion, step by step: the gateway middleware authenticates, admits and
-times the request (``http.middleware``); ``RawRouter`` calls :meth:`OpenAIRelay.relay`;
-``prepare`` resolves the model and asks the engine for usage; the stream backend
-(``relay.plain`` or ``sessions.manager`` -> ``sessions.producer``) opens the engine stream
-(``relay.opening``, aborted if the client leaves first) and runs the streaming core's loop
-(``relay.pump``) with the OpenAI dialect (``dialect``: usage tracked and stripped); the
-client's channel (``relay.channel``) keeps it alive and notices a disconnect; with
-sessions every event is framed with its id and logged for resume on the way.
+times the request and makes its context (``http.middleware``, ``http.context``); ``RawRouter``
+calls :meth:`OpenAIRelay.relay` with it; ``prepare`` resolves the model and asks the engine
+for usage; the stream backend (``relay.plain``, or ``sessions.manager`` with the session's log
+as the sink) hands the call to the runner (``relay.run``), which opens the engine stream
+(the client watched meanwhile) and runs the relay's loop (``relay.pump``) with the OpenAI
+dialect (``dialect``: usage tracked and stripped); the client's channel (``relay.channel``)
+keeps it alive and notices a disconnect; with sessions every event is framed with its id and
+logged for resume on the way.
 """
 
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
 from gateway.core import Core
 from gateway.engines.errors import EngineTimeout
 from gateway.http.body import read_body
+from gateway.http.context import RequestContext, request_context
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
 from gateway.http.raw_routes import RawRoute
-from gateway.protocols.common import table
+from gateway.protocols.common import budget, table
+from gateway.protocols.common.sessions import asked_resume
+from gateway.protocols.openai import reasoning
 from gateway.protocols.openai.dialect import OPENAI
 from gateway.protocols.openai.prepare import CHAT_PATH, COMPLETIONS_PATH, PreparedRequest, parse_body, prepare
-from gateway.relay.context import StreamCall
-from gateway.relay.plain import PlainStreamResponse
-from gateway.relay.pump import CompletionHook
-from gateway.relay.unary import RelayJSONResponse
-from gateway.sessions.ids import SESSION_ID_PATTERN, resume_value, validate_session_id
+from gateway.relay.call import CompletionHook, StreamCall
+from gateway.relay.metering import visible_cards
+from gateway.relay.plain import plain_stream
+from gateway.relay.unary import relay_json
+from gateway.sessions.ids import SESSION_ID_PATTERN, validate_session_id
 
 TAGS = ("OpenAI-compatible",)
 JSON = [(b"content-type", b"application/json")]
@@ -52,45 +55,44 @@ MODELS_WAIT_SECONDS = 2.0
 
 
 class OpenAIRelay:
-    """The OpenAI protocol over the gateway core: requests in, relay or stream backend out."""
+    """The OpenAI protocol over the core: requests in, relay or stream backend out."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    async def relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def relay(self, request: RequestContext) -> None:
         """Serve one POST to a completions route (the route's path is the engine's)."""
         core = self.core
-        raw = await read_body(receive)
-        path = scope["route"].path
+        raw = await read_body(request.receive)
+        path = request.route.path
         payload = parse_body(raw)
-        ctx = core.relay_context(scope, error_shape=OPENAI_SHAPE)
+        scope = request.scope
+        resume_from = asked_resume(request) if path == CHAT_PATH else None
         response: Response
-        resume_from = None
-        # A Request (its Headers and QueryParams) built only when a resume may be asked for:
-        # they were a measurable part of a non-streamed request.
-        asks_resume = scope["query_string"] or _has_header(scope["headers"], b"last-event-id")
-        if path == CHAT_PATH and asks_resume:
-            request = Request(scope, receive)
-            resume_from = resume_value(request.headers, request.query_params)
         if resume_from is not None and core.streams.resumable:
             # The same POST with Last-Event-ID: a replay from the session's log, no engine needed.
             session_id = payload.get("session_id")
             call = StreamCall(path=path, body=b"", dialect=OPENAI, resume_from=resume_from,
                               session_id=validate_session_id(session_id) if session_id is not None else None)
-            response = await core.streams.stream(call, ctx)
-            await response(scope, receive, send)
+            response = await core.streams.stream(call, request)
+            await response(scope, request.receive, request.send)
             return
         engine_state = core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()
+        if await budget.fit_payload(budget.CHAT if path == CHAT_PATH else budget.COMPLETIONS, payload,
+                                    body_bytes=len(raw), request=request, core=core):
+            raw = None  # prepare writes the body again
         prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
         if not prepared.stream:
-            response = RelayJSONResponse("POST", prepared.path, prepared.body, ctx, route=prepared.route)
-        elif path == CHAT_PATH:
-            response = await core.streams.stream(self.stream_call(prepared), ctx)
+            await relay_json(request, core.relay, "POST", prepared.path, prepared.body, route=prepared.route,
+                             on_success=reasoning.answer if path == CHAT_PATH else None)
+            return
+        if path == CHAT_PATH:
+            response = await core.streams.stream(self.stream_call(prepared), request)
         else:
-            response = PlainStreamResponse(self.stream_call(prepared), ctx)
-        await response(scope, receive, send)
+            response = plain_stream(self.stream_call(prepared), request, core.relay)
+        await response(scope, request.receive, request.send)
 
     def stream_call(self, prepared: PreparedRequest, *, on_complete: CompletionHook | None = None) -> StreamCall:
         return StreamCall(path=prepared.path, body=prepared.body, dialect=OPENAI,
@@ -100,15 +102,21 @@ class OpenAIRelay:
                           on_complete=on_complete, route=prepared.route, continuation=prepared.continuation)
 
     async def stream_chat_completion(self, scope: Scope, payload: dict, *, session_id: str | None = None,
-                                     on_complete: CompletionHook | None = None) -> Response:
-        """A streamed chat completion of ``payload`` (an OpenAI request body a feature built)."""
+                                     on_complete: CompletionHook | None = None,
+                                     resume_from: str | None = None) -> Response:
+        """A streamed chat completion of ``payload`` (an OpenAI request body a feature built); with
+        ``resume_from`` (a ``Last-Event-ID``) session ``session_id``'s stream resumed from its log instead."""
+        if resume_from is not None:
+            call = StreamCall(path=CHAT_PATH, body=b"", dialect=OPENAI, resume_from=resume_from,
+                              session_id=session_id)
+            return await self.core.streams.stream(call, request_context(scope))
         payload = {**payload, "stream": True}
         if session_id is not None:
             payload["session_id"] = session_id
         prepared = prepare(None, payload, path=CHAT_PATH, engine=self.core.engine_state,
                            resumable=self.core.streams.resumable)
         return await self.core.streams.stream(self.stream_call(prepared, on_complete=on_complete),
-                                              self.core.relay_context(scope))
+                                              request_context(scope))
 
     async def _cards(self) -> list[dict]:
         engine_state = self.core.engine_state
@@ -127,21 +135,22 @@ class OpenAIRelay:
                 cards.append({**template, "id": name, "parent": engine_state.default_model})
         return cards
 
-    async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = orjson.dumps({"object": "list", "data": await self._cards()})
-        await send({"type": "http.response.start", "status": 200, "headers": JSON})
-        await send({"type": "http.response.body", "body": body})
+    async def models(self, request: RequestContext) -> None:
+        cards = visible_cards(self.core.relay.meter, request.principal, await self._cards())  # a key's models
+        body = orjson.dumps({"object": "list", "data": cards})
+        await request.send({"type": "http.response.start", "status": 200, "headers": JSON})
+        await request.send({"type": "http.response.body", "body": body})
 
-    async def model(self, scope: Scope, receive: Receive, send: Send) -> None:
-        wanted = scope["path_params"]["model"]
-        cards = await self._cards()
+    async def model(self, request: RequestContext) -> None:
+        wanted = request.path_params["model"]
+        cards = visible_cards(self.core.relay.meter, request.principal, await self._cards())
         card = next((card for card in cards if card.get("id") == wanted), None)
         if card is None:
             valid = ", ".join(str(card.get("id")) for card in cards)
             raise GatewayError(404, f"The model '{wanted}' does not exist. Available models: {valid}",
                                param="model", code="model_not_found")
-        await send({"type": "http.response.start", "status": 200, "headers": JSON})
-        await send({"type": "http.response.body", "body": orjson.dumps(card)})
+        await request.send({"type": "http.response.start", "status": 200, "headers": JSON})
+        await request.send({"type": "http.response.body", "body": orjson.dumps(card)})
 
     def routes(self) -> list[RawRoute]:
         handlers = {("POST", CHAT_PATH): self.relay, ("POST", COMPLETIONS_PATH): self.relay,
@@ -184,13 +193,6 @@ COMPLETION_SCHEMA = {
     "description": "OpenAI's completion request; every field vLLM accepts passes through unchanged.",
     "properties": {**_COMMON, "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
 }
-
-
-def _has_header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:
-    for name, _ in headers:  # a plain loop: a generator here cost one call per header per request
-        if name == wanted:
-            return True
-    return False
 
 
 def _known_cards(engines) -> list[dict]:

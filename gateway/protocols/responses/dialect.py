@@ -2,9 +2,19 @@
 
 vLLM streams ``response.created`` (0), ``response.in_progress`` (1), output events, and ends
 with ``response.completed`` (also when the status is ``incomplete``); a generation error is an
-``error`` event and nothing after it. No ``[DONE]``. The numbers are contiguous from 0, one
-per event, so in a session's log event index N is ``sequence_number`` N: resuming "after N"
-is resuming after index N.
+``error`` event and nothing after it. No ``[DONE]``.
+
+OpenAI names the terminal event after the response's status: ``response.completed``,
+``response.incomplete`` (``incomplete_details.reason``, e.g. ``max_output_tokens``),
+``response.failed`` (``error``). Clients switch on the event, not the status: the Agents SDK
+fails a run on ``response.incomplete`` as it fails a non-streamed response whose status is
+``incomplete``, and takes ``response.completed`` as success whatever its status. So the
+tracker renames vLLM's ``response.completed`` after its status (:data:`TERMINAL_EVENT`), and
+gives an incomplete response without ``incomplete_details`` the reason vLLM's non-streamed
+answer gives (``max_output_tokens``, the only one it reports).
+
+The numbers are contiguous from 0, one per event, so in a session's log event index N is
+``sequence_number`` N: resuming "after N" is resuming after index N.
 
 State lives in a :class:`ResponsesRun`, one per response: the tracker keeps the next
 sequence number and the latest response object there (and patches the fields the gateway
@@ -32,6 +42,10 @@ LIFECYCLE_MARK = b'"response":{'   # only lifecycle events carry the response ob
 ERROR_LINE = b"event: error\n"
 CREATED = "response.created"
 TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "response.cancelled")
+# The terminal event of each final status (OpenAI's three; ``cancelled`` is the gateway's own).
+TERMINAL_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete",
+                  "failed": "response.failed", "cancelled": "response.cancelled"}
+INCOMPLETE_REASON = "max_output_tokens"  # what vLLM reports for every incomplete response
 _TERMINAL_LINES = tuple(b"event: " + name.encode() + b"\n" for name in TERMINAL_TYPES)
 
 
@@ -64,9 +78,24 @@ def event(name: str, payload: dict) -> bytes:
 def failed_events(run: ResponsesRun, message: str, code: str) -> list[bytes]:
     n = run.next_sequence
     error = {"code": code, "message": message}
+    run.final = run.ended_object("failed", error=error)  # (what the response's record takes too)
     return [event("error", {"type": "error", **error, "param": None, "sequence_number": n}),
-            event("response.failed", {"type": "response.failed", "sequence_number": n + 1,
-                                      "response": run.ended_object("failed", error=error)})]
+            event("response.failed", {"type": "response.failed", "sequence_number": n + 1, "response": run.final})]
+
+
+def _name_terminal(data: dict, response: dict) -> bool:
+    """Give a terminal event the name of its response's status, as OpenAI does; True if it changed."""
+    status = response.get("status")
+    if status == "incomplete" and not response.get("incomplete_details"):
+        response["incomplete_details"] = {"reason": INCOMPLETE_REASON}
+        changed = True
+    else:
+        changed = False
+    name = TERMINAL_EVENT.get(status) if isinstance(status, str) else None
+    if name is not None and name != data.get("type"):
+        data["type"] = name
+        changed = True
+    return changed
 
 
 def lifecycle_response(frame: bytes) -> tuple[str, dict] | None:
@@ -122,12 +151,14 @@ class ResponsesTracker:
         response = data.get("response")
         if not isinstance(response, dict):
             return item
-        if run.patch:
+        kind = data.get("type")
+        renamed = kind in TERMINAL_TYPES and _name_terminal(data, response)
+        if run.patch or renamed:
             response.update(run.patch)
-            head = item[:item.index(b"\n") + 1] if item.startswith(b"event:") else b""
+            kind = data["type"]
+            head = b"event: " + kind.encode() + b"\n" if item.startswith(b"event:") else b""
             item = head + b"data: " + orjson.dumps(data)
         run.response = response
-        kind = data.get("type")
         if kind == CREATED and run.created is not None and not run.created.done():
             run.created.set_result(response)
         if kind in TERMINAL_TYPES:
@@ -176,11 +207,12 @@ class ResponsesDialect:
     def is_last(self, frame: bytes) -> bool:
         return any(line in frame for line in _TERMINAL_LINES)
 
-    def cancelled_events(self, *, first_event: bytes | None, reason: str, fallback_id: str,
+    def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
                          model: object, choices: int) -> list[bytes]:
         run = self.run
+        run.final = run.ended_object("cancelled")  # (what the response's record takes too)
         return [event("response.cancelled", {"type": "response.cancelled", "sequence_number": run.next_sequence,
-                                             "response": run.ended_object("cancelled")})]
+                                             "response": run.final})]
 
 
 def ending_dialect(response_id: str, index: int) -> ResponsesDialect:

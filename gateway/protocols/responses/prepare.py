@@ -28,7 +28,7 @@ from gateway.engines.routing import RouteHints
 from gateway.engines.state import EngineState
 from gateway.http.errors import GatewayError
 from gateway.protocols.common.body import expect_bool, expect_str, json_object
-from gateway.sessions.store.base import StoredResponse
+from gateway.protocols.responses.records.base import StoredResponse
 
 RESPONSES_PATH = "/v1/responses"
 
@@ -72,10 +72,12 @@ class ResponsesRequest:
                 "metadata": self.payload.get("metadata"), "background": self.background,
                 "previous_response_id": self.previous_response_id}
 
-    def record(self, owner: str, retention_seconds: float, *, status: str, body: bytes) -> StoredResponse:
+    def record(self, owner: str, retention_seconds: float, *, status: str, body: bytes,
+               streamed: bool = False) -> StoredResponse:
         return StoredResponse(owner=owner, response_id=self.response_id, status=status, background=self.background,
-                              body=body, history=orjson.dumps(self.history + self.input_items), root=self.root,
-                              created_at=self.created_at, expires_at=self.created_at + retention_seconds)
+                              body=body, history=orjson.dumps(self.input_items), root=self.root,
+                              created_at=self.created_at, expires_at=self.created_at + retention_seconds,
+                              streamed=streamed, previous_id=self.previous_response_id)
 
 
 def read_request(raw: bytes) -> dict:
@@ -95,8 +97,10 @@ def read_request(raw: bytes) -> dict:
     return payload
 
 
-def prepare(payload: dict, *, engine: EngineState, previous: StoredResponse | None) -> ResponsesRequest:
-    """The engine request for ``payload``; ``previous``: the record ``previous_response_id`` names."""
+def prepare(payload: dict, *, engine: EngineState, previous: StoredResponse | None,
+            conversation: list | None = None) -> ResponsesRequest:
+    """The engine request for ``payload``; ``previous``: the record ``previous_response_id`` names,
+    ``conversation``: its conversation's items, its output included (``chain.conversation``)."""
     response_id = new_response_id()
     background = expect_bool(payload, "background")
     store = expect_bool(payload, "store", default=True)
@@ -113,7 +117,7 @@ def prepare(payload: dict, *, engine: EngineState, previous: StoredResponse | No
     history: list = []
     previous_id = payload.get("previous_response_id")
     if previous is not None:
-        history = orjson.loads(previous.history) + output_items(previous.body)
+        history = list(conversation or ())
         body["input"] = history + input_items
         del body["previous_response_id"]
         root = previous.root

@@ -2,14 +2,17 @@
 
 - ``POST /v1/responses``: one of three ways, all with a gateway-assigned id
   (``prepare``). Not streamed: relayed, the answer stored when ``store`` is not false.
-  Streamed: relayed plainly event by event (a client that leaves aborts the engine), the
-  final object stored before the terminal event reaches the client. ``background: true``:
-  a run the gateway owns (``runs``), answered at once with the ``queued`` response, or with
-  its live event stream when ``stream`` is true.
+  Streamed: with sessions on, a session named by the response id (``runs``: event ids,
+  resume, cancel, continuation on another engine; a client that leaves aborts the engine),
+  without them relayed plainly; the final object stored before the terminal event reaches
+  the client either way. ``background: true``: a run the gateway owns (``runs``), answered
+  at once with the ``queued`` response, or with its live event stream when ``stream`` is
+  true. The same POST with ``Last-Event-ID: <response_id>:<n>`` resumes a stream after
+  event ``n`` from its session's log, without asking the engine again.
 - ``GET /v1/responses/{id}``: the stored object, as its run stands now; with
-  ``?stream=true`` (background responses), its events after ``starting_after`` (default:
-  from the first), then live until the end. ``starting_after`` at the last event answers an
-  empty stream at once; past it, a 400 (vLLM's own never answers).
+  ``?stream=true`` (background or streamed responses), its events after ``starting_after``
+  (default: from the first), then live until the end. ``starting_after`` at the last event
+  answers an empty stream at once; past it, a 400 (vLLM's own never answers).
 - ``POST /v1/responses/{id}/cancel``: a background run stops (vLLM aborts the generation)
   and the response is ``cancelled``; cancelling again, or after the end, answers the
   response as it is.
@@ -26,32 +29,35 @@ request slot of its key like any stream.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 
 import orjson
-from starlette.requests import Request
+from starlette.datastructures import QueryParams
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from gateway.core import Core
+from gateway.failures import Failure, Gone, NotFound
 from gateway.http.admission import too_many_requests
 from gateway.http.body import read_body
+from gateway.http.context import RequestContext
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
-from gateway.http.middleware import SERVER_SEND
 from gateway.http.raw_routes import RawRoute
-from gateway.protocols.common import table
+from gateway.protocols.common import budget, table
+from gateway.protocols.common.sessions import asked_resume
+from gateway.protocols.responses import chain, quota
+from gateway.protocols.responses.continuation import continuation_for
 from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun
 from gateway.protocols.responses.prepare import RESPONSES_PATH, ResponsesRequest, prepare, read_request
-from gateway.protocols.responses.runs import BackgroundRuns, final_object
-from gateway.relay.context import RelayContext, StreamCall
-from gateway.relay.dialect import StreamResult
-from gateway.relay.plain import PlainStreamResponse
+from gateway.protocols.responses.records.base import ResponseRecords, StoredResponse
+from gateway.protocols.responses.runs import ResponseRuns
+from gateway.relay.call import StreamCall
+from gateway.relay.continuation import Continuation
 from gateway.relay.sse import SSE_HEADERS
-from gateway.relay.unary import RelayJSONResponse
-from gateway.sessions.ids import ResumePoint
+from gateway.relay.unary import relay_json
+from gateway.sessions.ids import ResumePoint, parse_position
 from gateway.sessions.manager import SessionManager
-from gateway.sessions.store.base import ResponseRecords, StoredResponse
 
 log = logging.getLogger("gateway.responses")
 
@@ -59,6 +65,7 @@ TAGS = ("OpenAI Responses",)
 ONE = "/v1/responses/{response_id}"
 CANCEL = "/v1/responses/{response_id}/cancel"
 JSON = [(b"content-type", b"application/json")]
+EXPIRY_SECONDS = 60.0  # how often responses past RESPONSES_RETENTION_SECONDS are deleted
 
 
 class ResponsesAPI:
@@ -66,25 +73,68 @@ class ResponsesAPI:
         self.core = core
         self.records = records
         self.sessions = sessions
-        self.runs = BackgroundRuns(core, sessions, records) if sessions is not None else None
+        self.runs = ResponseRuns(core, sessions, records)
         self.retention = core.settings.responses_retention_seconds
+        self._expiry: asyncio.Task | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the response store; forget expired responses every minute from now on."""
+        await self.records.open()
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_forever(), name="responses-expiry")
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        await self.records.close()
+
+    async def _expire_forever(self) -> None:
+        while True:
+            try:
+                await self.records.expire()
+            except Exception:  # a store that is down: the next minute tries again
+                log.warning("could not delete expired responses", exc_info=True)
+            await asyncio.sleep(EXPIRY_SECONDS)
 
     # --- create -------------------------------------------------------------------------------
-    async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        payload = read_request(await read_body(receive))
+    async def create(self, ctx: RequestContext) -> None:
+        payload = read_request(await read_body(ctx.receive))
+        resume_from = asked_resume(ctx)
+        if resume_from is not None and self.sessions is not None:
+            # The same POST with Last-Event-ID: the rest of the response's stream from its log.
+            call = StreamCall(path=RESPONSES_PATH, body=b"", dialect=ResponsesDialect(ResponsesRun("")),
+                              resume_from=resume_from)
+            await _answer(await self.sessions.stream(call, ctx), ctx)
+            return
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()
-        ctx = self.core.relay_context(scope, error_shape=OPENAI_SHAPE)
         previous = await self._previous(ctx.key_id, payload.get("previous_response_id"))
-        request = prepare(payload, engine=engine_state, previous=previous)
+        items, turns = await chain.conversation(self.records, previous) if previous is not None else ([], [])
+        request = prepare(payload, engine=engine_state, previous=previous, conversation=items)
+        quota.check_rebuilt(request, self.core.settings.max_body_bytes)
+        if request.store:
+            await quota.check_room(self.records, ctx.key_id, self.core.settings)
+            if turns:  # the conversation lives as long as its newest response
+                await self.records.keep_until(ctx.key_id, turns, request.created_at + self.retention)
+        request.engine_body = await budget.fit_body(budget.RESPONSES, payload, request.engine_body, request=ctx,
+                                                    core=self.core)
         if request.background:
-            response = await self._background(request, scope, ctx)
+            response = await self._background(request, ctx)
         elif request.stream:
-            response = self._stream(request, ctx)
+            response = await self.runs.stream(request, ctx, self._continuation(request))
         else:
-            response = self._unary(request, ctx)
-        await response(scope, receive, send)
+            await self._unary(request, ctx)
+            return
+        await _answer(response, ctx)
+
+    def _continuation(self, request: ResponsesRequest) -> Continuation | None:
+        """How to go on on another engine when the stream's dies (sessions on, reproducible runs)."""
+        if self.sessions is None or not self.core.engine_state.continues_streams:
+            return None
+        return continuation_for(request.payload, path=RESPONSES_PATH, body=request.engine_body)
 
     async def _previous(self, owner: str, response_id: str | None) -> StoredResponse | None:
         if response_id is None:
@@ -98,36 +148,20 @@ class ResponsesAPI:
                                     "until it completes", param="previous_response_id")
         return record
 
-    def _unary(self, request: ResponsesRequest, ctx: RelayContext) -> Response:
+    async def _unary(self, request: ResponsesRequest, ctx: RequestContext) -> None:
         async def answered(body: bytes) -> bytes:
             response = orjson.loads(body)
             response.update(request.patch)
             usage = response.get("usage") or {}
-            ctx.metrics.count_usage(ctx.key_id, {"prompt_tokens": usage.get("input_tokens"),
-                                                 "completion_tokens": usage.get("output_tokens")})
+            self.core.metrics.count_usage(ctx.key_id, {"prompt_tokens": usage.get("input_tokens"),
+                                                       "completion_tokens": usage.get("output_tokens")})
             body = orjson.dumps(response)
             if request.store:
                 await self._store(request, ctx.key_id, response.get("status"), body)
             return body
 
-        return RelayJSONResponse("POST", RESPONSES_PATH, request.engine_body, ctx, count_usage=False,
-                                 route=request.route, on_success=answered)
-
-    def _stream(self, request: ResponsesRequest, ctx: RelayContext) -> Response:
-        run = ResponsesRun(request.response_id, patch=request.patch)
-        call = StreamCall(path=RESPONSES_PATH, body=request.engine_body, dialect=ResponsesDialect(run),
-                          model=request.model, route=request.route)
-        if not request.store:
-            return PlainStreamResponse(call, ctx)
-        stored = _StoredBeforeEnd(run, lambda final: self._store(request, ctx.key_id, final.get("status"),
-                                                                 orjson.dumps(final)))
-
-        async def finished(result: StreamResult) -> None:  # ended without its terminal event (left, broke)
-            await stored.store_once(final_object(run, None, result))
-
-        call.on_complete = finished
-        stored.stream = PlainStreamResponse(call, ctx)
-        return stored
+        await relay_json(ctx, self.core.relay, "POST", RESPONSES_PATH, request.engine_body, count_usage=False,
+                         route=request.route, on_success=answered)
 
     async def _store(self, request: ResponsesRequest, owner: str, status: object, body: bytes) -> None:
         """Keep a finished response; a store that fails costs its retrieval, not the answer."""
@@ -136,14 +170,13 @@ class ResponsesAPI:
         except Exception:
             log.exception("could not store a response", extra={"response_id": request.response_id})
 
-    async def _background(self, request: ResponsesRequest, scope: Scope, ctx: RelayContext) -> Response:
-        if self.runs is None:
+    async def _background(self, request: ResponsesRequest, ctx: RequestContext) -> Response:
+        if self.sessions is None:
             raise GatewayError(400, "background responses need resumable sessions, and this gateway runs with "
                                     "SESSION_STORE=off", param="background")
-        run, _ = await self.runs.start(request, scope)
+        run, _ = await self.runs.start_background(request, ctx, self._continuation(request))
         if request.stream:
-            return await self.sessions.resume(owner=ctx.key_id, point=ResumePoint(request.response_id, -1),
-                                              keepalive_seconds=ctx.keepalive_seconds)
+            return await self.sessions.resume(owner=ctx.key_id, point=ResumePoint(request.response_id, -1))
         created = await run.created
         if created is None:  # the run ended before the engine said anything: answer how it stands
             record = await self.records.load_response(ctx.key_id, request.response_id)
@@ -151,15 +184,15 @@ class ResponsesAPI:
         return _json(orjson.dumps({**created, "status": "queued"}))
 
     # --- retrieve, cancel, delete -----------------------------------------------------------------
-    async def retrieve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        owner = _owner(scope)
-        record = await self._load(owner, scope["path_params"]["response_id"])
-        stream = request.query_params.get("stream", "false").lower()
+    async def retrieve(self, ctx: RequestContext) -> None:
+        query = QueryParams(ctx.scope["query_string"])
+        owner = ctx.key_id
+        record = await self._load(owner, ctx.path_params["response_id"])
+        stream = query.get("stream", "false").lower()
         if stream not in ("true", "false", "1", "0"):
             raise GatewayError(400, "'stream' must be true or false", param="stream")
         if stream not in ("true", "1"):
-            await _json((await self._settled(record)).body)(scope, receive, send)
+            await _answer(_json((await self._settled(record)).body), ctx)
             return
         admission = self.core.admission
         refusal = admission.try_enter(owner)
@@ -167,36 +200,33 @@ class ResponsesAPI:
             self.core.metrics.rejected.labels("admission").inc()
             raise too_many_requests(refusal)
         try:
-            response = await self._replay(record, request.query_params.get("starting_after"))
-            await response(scope, receive, send)
+            await _answer(await self._replay(record, query.get("starting_after")), ctx)
         finally:
             admission.leave(owner)
 
     async def _replay(self, record: StoredResponse, starting_after: str | None) -> Response:
-        if not record.background or self.sessions is None:
-            raise GatewayError(400, "only background responses can be streamed again (this one was created with "
-                                    "\"background\": false)", param="stream")
+        if not record.has_events or self.sessions is None:
+            raise GatewayError(400, "only background or streamed responses can be streamed again (this one was "
+                                    "answered in one piece)", param="stream")
         after = -1
         if starting_after is not None:
-            if not starting_after.strip().isdigit() or len(starting_after.strip()) > 18:
+            after = parse_position(starting_after)
+            if after is None or after < 0:
                 raise GatewayError(400, "'starting_after' must be a sequence number (an integer, 0 or more)",
                                    param="starting_after")
-            after = int(starting_after)
         owner, response_id = record.owner, record.response_id
         try:
             state = await self.sessions.describe(owner=owner, session_id=response_id)
-        except GatewayError as error:
-            if error.status != 404:
-                raise
-            raise GatewayError(410, f"the events of response '{response_id}' are no longer kept "
-                                    "(SESSIONS_TTL_SECONDS)", param="response_id", code="events_expired") from None
+        except NotFound:
+            raise Gone(f"the events of response '{response_id}' are no longer kept (SESSIONS_TTL_SECONDS)",
+                       param="response_id", code="events_expired") from None
         if state["status"] != "live" and after >= state["events"] - 1:
             if after == state["events"] - 1:
                 return _empty_stream()
             raise _past_end(after, state["events"])
         try:
             response = await self.sessions.resume(owner=owner, point=ResumePoint(response_id, after))
-        except GatewayError as error:
+        except Failure as error:
             if error.param == "last_event_id":
                 raise _past_end(after, None) from None
             raise
@@ -204,31 +234,30 @@ class ResponsesAPI:
             return _empty_stream()
         return response
 
-    async def cancel(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = _owner(scope)
-        record = await self._load(owner, scope["path_params"]["response_id"])
+    async def cancel(self, ctx: RequestContext) -> None:
+        record = await self._load(ctx.key_id, ctx.path_params["response_id"])
         if not record.background:
-            raise GatewayError(400, "only background responses can be cancelled", param="response_id")
+            raise GatewayError(400, "only background responses can be cancelled (a stream is stopped with "
+                                    "POST /v1/cancel/{response_id})", param="response_id")
         record = await self._stop(record)
-        await _json(record.body)(scope, receive, send)
+        await _answer(_json(record.body), ctx)
 
-    async def delete(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = _owner(scope)
-        record = await self._stop(await self._load(owner, scope["path_params"]["response_id"]))
+    async def delete(self, ctx: RequestContext) -> None:
+        owner = ctx.key_id
+        record = await self._stop(await self._load(owner, ctx.path_params["response_id"]))
         await self.records.delete_response(owner, record.response_id)
         body = orjson.dumps({"id": record.response_id, "object": "response", "deleted": True})
-        await _json(body)(scope, receive, send)
+        await _answer(_json(body), ctx)
 
     async def _stop(self, record: StoredResponse) -> StoredResponse:
-        """A running background response cancelled (idempotent: anything else is returned as it is)."""
+        """A running response with a run cancelled (idempotent: anything else is returned as it is)."""
         record = await self._settled(record)
-        if not record.running or not record.background or self.sessions is None:
+        if not record.running or not record.has_events or self.sessions is None:
             return record
         try:
             await self.sessions.cancel(owner=record.owner, session_id=record.response_id)
-        except GatewayError as error:
-            if error.status != 404:
-                raise
+        except NotFound:
+            pass
         reloaded = await self.records.load_response(record.owner, record.response_id)
         return await self._settled(reloaded) or record
 
@@ -240,7 +269,7 @@ class ResponsesAPI:
         return record
 
     async def _settled(self, record: StoredResponse | None) -> StoredResponse | None:
-        if record is None or self.runs is None:
+        if record is None:
             return record
         return await self.runs.settled(record)
 
@@ -254,45 +283,8 @@ class ResponsesAPI:
                                              else None})
 
 
-class _StoredBeforeEnd(Response):
-    """A stream whose terminal event reaches the client only once the response it carries is stored.
-
-    So a client that reads ``response.completed`` and retrieves the response at once finds it:
-    the tracker has read the terminal event (``run.final``) before the body holding it is sent.
-    """
-
-    def __init__(self, run: ResponsesRun, store: Callable[[dict], Awaitable[None]]) -> None:
-        self.run = run
-        self._store = store
-        self.pending = True
-        self.stream: Response | None = None  # the relayed stream, set once built
-        self.status_code = 200
-        self.background = None
-
-    async def store_once(self, final: dict) -> None:
-        if self.pending:
-            self.pending = False
-            await self._store(final)
-
-    def _storing_first(self, forward: Send) -> Send:
-        async def send(message: dict) -> None:
-            if self.pending and self.run.final is not None and message["type"] == "http.response.body":
-                await self.store_once(self.run.final)
-            await forward(message)
-
-        return send
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The relay sends body messages to the server's own send (SERVER_SEND), past every
-        # wrapper: this one must see them, so it wraps that one too.
-        scope[SERVER_SEND] = self._storing_first(scope.get(SERVER_SEND, send))
-        await self.stream(scope, receive, self._storing_first(send))
-
-
-def _owner(scope: Scope) -> str:
-    """The key id of the caller: the owner of what it creates, the only one who sees it."""
-    principal = scope["state"].get("principal")
-    return principal.key_id if principal is not None else "-"
+async def _answer(response: Response, ctx: RequestContext) -> None:
+    await response(ctx.scope, ctx.receive, ctx.send)
 
 
 def _json(body: bytes) -> Response:

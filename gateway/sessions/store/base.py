@@ -13,11 +13,6 @@ event and ``[DONE]``, in one transaction that only one replica can win).
 
 Each generation records the stream dialect it speaks (``openai``, ``responses``, ...), so
 whoever writes its ending (a replica that finds it orphaned) writes it in that dialect.
-
-The persistent stores also keep *stored responses* (the Responses API's response objects,
-with the conversation a follow-up continues: :class:`StoredResponse`), beside the
-generations of their background runs; ``SESSION_STORE=memory`` keeps them in
-``store.memory.MemoryResponses``.
 """
 
 from __future__ import annotations
@@ -135,38 +130,3 @@ def split_chunk_rows(rows, start: int) -> list[bytes]:
         out.extend(frames[expected - first_idx:])
         expected = first_idx + len(frames)
     return out
-
-
-# --- stored responses (the Responses API) ----------------------------------------------------
-RUNNING_STATUSES = ("queued", "in_progress")
-FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
-
-
-@dataclass(slots=True)
-class StoredResponse:
-    owner: str            # Principal.key_id of the key that created it: nobody else sees it
-    response_id: str
-    status: str           # queued | in_progress | completed | incomplete | failed | cancelled
-    background: bool      # produced by a background run (its events are the session ``response_id``)
-    body: bytes           # the response object, JSON
-    history: bytes        # JSON list of the conversation's items so far, for previous_response_id
-    root: str             # the first response of its conversation (an affinity key)
-    created_at: float
-    expires_at: float
-
-    @property
-    def running(self) -> bool:
-        return self.status in RUNNING_STATUSES
-
-
-class ResponseRecords(Protocol):
-    """Where stored responses live: the persistent session stores, or memory."""
-
-    async def save_response(self, record: StoredResponse) -> None:
-        """Insert ``record`` (or replace the owner's record with the same id)."""
-    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
-                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
-        """Set status and body if the record's status is one of ``from_statuses`` (True if it was)."""
-    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
-        """The owner's record, unless unknown, another key's, or expired."""
-    async def delete_response(self, owner: str, response_id: str) -> bool: ...

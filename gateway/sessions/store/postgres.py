@@ -6,8 +6,8 @@ reads the new rows at once (a follower also polls every ``poll_interval`` in
 case a notification was missed). Cancel requests travel as
 ``NOTIFY stream_cancel`` (plus a flag the producer polls). Every time
 comparison uses the database's clock, so replicas with skewed clocks still
-agree on whose producer is alive. Stored responses (the Responses API) live in the same
-database, compressed, so every replica serves every key's responses.
+agree on whose producer is alive. (Stored responses, the Responses API's, live in
+the same database, in a table of their own: ``protocols.responses.records``.)
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import zlib
 
 import asyncpg
 
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
     LIVE,
-    RUNNING_STATUSES,
     Batch,
     EndingFactory,
     NewGeneration,
-    StoredResponse,
     StoredSession,
     split_chunk_rows,
 )
@@ -71,20 +68,6 @@ CREATE TABLE IF NOT EXISTS stream_replicas (
     replica TEXT PRIMARY KEY,
     heartbeat_at DOUBLE PRECISION NOT NULL
 );
-CREATE TABLE IF NOT EXISTS stored_responses (
-    owner TEXT NOT NULL,
-    response_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    background BOOLEAN NOT NULL,
-    body BYTEA NOT NULL,
-    history BYTEA NOT NULL,
-    root TEXT NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (owner, response_id)
-);
-CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses (expires_at);
 """
 
 _SESSION_COLUMNS = f"""
@@ -118,8 +101,9 @@ class PostgresStore:
     name = "postgres"
 
     def __init__(self, url: str, *, replica: str, lease_seconds: float, poll_interval: float,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, timeout: float | None = None) -> None:
         self.dsn = postgres_dsn(url)
+        self.timeout = timeout  # connect, acquire and each command (store.bounded bounds the whole call)
         self.replica = replica
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -131,8 +115,9 @@ class PostgresStore:
         self._signals: dict[int, asyncio.Future] = {}
 
     async def open(self) -> None:
-        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
-        async with self._pool.acquire() as db, db.transaction():
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                                                command_timeout=self.timeout, timeout=self.timeout or 60)
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             # Replicas starting together must not race on CREATE TABLE IF NOT EXISTS.
             await db.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK_KEY)
             await db.execute(SCHEMA)
@@ -142,7 +127,7 @@ class PostgresStore:
     async def _listen(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
-        listener = await asyncpg.connect(self.dsn)
+        listener = await asyncpg.connect(self.dsn, timeout=self.timeout or 60)
         await listener.add_listener(FRAMES_CHANNEL, self._on_frames)
         await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
         self._listener = listener
@@ -186,7 +171,7 @@ class PostgresStore:
 
     # --- generations ---------------------------------------------------------------------------
     async def claim(self, generation: NewGeneration) -> bool:
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             await db.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                              f"{generation.owner}:{generation.session_id}")
             row = await db.fetchrow(
@@ -206,14 +191,14 @@ class PostgresStore:
         return True
 
     async def discard(self, gen_id: int) -> None:
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             await db.execute("DELETE FROM stream_chunks WHERE gen_id = $1", gen_id)
             await db.execute("DELETE FROM stream_sessions WHERE gen_id = $1", gen_id)
         self.commits += 1
 
     async def write(self, batch: Batch) -> set[int]:
         fenced: set[int] = set()
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             if batch.generations:
                 await db.executemany(_UPSERT_GENERATION, [
                     (g.owner, g.session_id, g.gen_id, g.named, self.replica, g.dialect) for g in batch.generations
@@ -248,13 +233,13 @@ class PostgresStore:
 
     # --- reading ---------------------------------------------------------------------------------
     async def load(self, owner: str, session_id: str) -> StoredSession | None:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             row = await db.fetchrow("SELECT " + _SESSION_COLUMNS + " WHERE s.owner = $2 AND s.session_id = $3",
                                     self.lease_seconds, owner, session_id)
         return None if row is None else self._stored(row)
 
     async def read_frames(self, gen_id: int, start: int, *, max_chunks: int = 64) -> list[bytes]:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             rows = await db.fetch(
                 "SELECT first_idx, frames FROM stream_chunks WHERE gen_id = $1 AND last_idx >= $2 "
                 "ORDER BY first_idx LIMIT $3", gen_id, start, max_chunks,
@@ -263,7 +248,7 @@ class PostgresStore:
 
     # --- dead producers ------------------------------------------------------------------------
     async def orphans(self) -> list[StoredSession]:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             rows = await db.fetch(
                 "SELECT " + _SESSION_COLUMNS + " WHERE s.status = 'live' AND s.replica != $2 "
                 f"AND (r.heartbeat_at IS NULL OR r.heartbeat_at < {NOW} - $1::float8)",
@@ -272,7 +257,7 @@ class PostgresStore:
         return [self._stored(row) for row in rows]
 
     async def end_orphan(self, gen_id: int, make_ending: EndingFactory) -> bool:
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             row = await db.fetchrow(
                 "SELECT s.session_id, s.status, s.replica, "
                 f"(r.heartbeat_at IS NOT NULL AND r.heartbeat_at >= {NOW} - $2::float8) AS fresh "
@@ -299,14 +284,14 @@ class PostgresStore:
 
     # --- cancel and listeners across replicas ---------------------------------------------------
     async def request_cancel(self, gen_id: int) -> None:
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             await db.execute(
                 "UPDATE stream_sessions SET cancel_requested = true WHERE gen_id = $1 AND status = 'live'", gen_id)
             await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, str(gen_id))
         self.commits += 1
 
     async def pending_cancels(self) -> list[int]:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             rows = await db.fetch(
                 "SELECT gen_id FROM stream_sessions WHERE replica = $1 AND status = 'live' AND cancel_requested",
                 self.replica,
@@ -314,18 +299,18 @@ class PostgresStore:
         return [row[0] for row in rows]
 
     async def touch_listener(self, gen_id: int, seconds: float) -> None:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             await db.execute(f"UPDATE stream_sessions SET listener_until = {NOW} + $2::float8 WHERE gen_id = $1",
                              gen_id, seconds)
 
     async def has_listener(self, gen_id: int) -> bool:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             return bool(await db.fetchval(
                 f"SELECT listener_until > {NOW} FROM stream_sessions WHERE gen_id = $1", gen_id))
 
     # --- replicas and expiry ---------------------------------------------------------------------
     async def heartbeat(self) -> None:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             await db.execute(
                 f"INSERT INTO stream_replicas (replica, heartbeat_at) VALUES ($1, {NOW}) "
                 "ON CONFLICT (replica) DO UPDATE SET heartbeat_at = excluded.heartbeat_at", self.replica)
@@ -336,11 +321,11 @@ class PostgresStore:
                         extra={"error": exc.__class__.__name__})
 
     async def retire(self) -> None:
-        async with self._pool.acquire() as db:
+        async with self._pool.acquire(timeout=self.timeout) as db:
             await db.execute("DELETE FROM stream_replicas WHERE replica = $1", self.replica)
 
     async def expire(self, ttl_seconds: float) -> int:
-        async with self._pool.acquire() as db, db.transaction():
+        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
             await db.execute(
                 "DELETE FROM stream_chunks WHERE gen_id IN (SELECT gen_id FROM stream_sessions "
                 f"WHERE status = 'ended' AND updated_at < {NOW} - $1::float8)", ttl_seconds)
@@ -352,65 +337,13 @@ class PostgresStore:
                 f"DELETE FROM stream_replicas WHERE heartbeat_at < {NOW} - $1::float8 AND replica NOT IN "
                 "(SELECT replica FROM stream_sessions WHERE status = 'live')",
                 max(ttl_seconds, 10 * self.lease_seconds))
-            # Stored responses carry their own expiry (RESPONSES_RETENTION_SECONDS at creation).
-            await db.execute(f"DELETE FROM stored_responses WHERE expires_at < {NOW}")
         return removed
-
-    # --- stored responses (the Responses API) ----------------------------------------------------
-    async def save_response(self, record: StoredResponse) -> None:
-        async with self._pool.acquire() as db:
-            await db.execute(
-                "INSERT INTO stored_responses (owner, response_id, status, background, body, history, root, "
-                f"created_at, updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW}, $9) "
-                "ON CONFLICT (owner, response_id) DO UPDATE SET status = excluded.status, "
-                "background = excluded.background, body = excluded.body, history = excluded.history, "
-                "root = excluded.root, created_at = excluded.created_at, updated_at = excluded.updated_at, "
-                "expires_at = excluded.expires_at",
-                record.owner, record.response_id, record.status, record.background, _pack(record.body),
-                _pack(record.history), record.root, record.created_at, record.expires_at)
-        self.commits += 1
-
-    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
-                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
-        async with self._pool.acquire() as db:
-            result = await db.execute(
-                f"UPDATE stored_responses SET status = $1, body = $2, updated_at = {NOW} "
-                "WHERE owner = $3 AND response_id = $4 AND status = ANY($5::text[])",
-                status, _pack(body), owner, response_id, list(from_statuses))
-        self.commits += 1
-        return result == "UPDATE 1"
-
-    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
-        async with self._pool.acquire() as db:
-            row = await db.fetchrow(
-                "SELECT status, background, body, history, root, created_at, expires_at FROM stored_responses "
-                f"WHERE owner = $1 AND response_id = $2 AND expires_at >= {NOW}", owner, response_id)
-        if row is None:
-            return None
-        return StoredResponse(owner=owner, response_id=response_id, status=row["status"],
-                              background=row["background"], body=_unpack(row["body"]),
-                              history=_unpack(row["history"]), root=row["root"], created_at=row["created_at"],
-                              expires_at=row["expires_at"])
-
-    async def delete_response(self, owner: str, response_id: str) -> bool:
-        async with self._pool.acquire() as db:
-            result = await db.execute("DELETE FROM stored_responses WHERE owner = $1 AND response_id = $2",
-                                      owner, response_id)
-        return result == "DELETE 1"
 
     def _stored(self, row) -> StoredSession:
         alive = row["status"] == LIVE and row["replica"] != self.replica and row["fresh"]
         return StoredSession(owner=row["owner"], session_id=row["session_id"], gen_id=row["gen_id"],
                              status=row["status"], how=row["how"], count=row["stored"], named=row["named"],
                              replica=row["replica"], producer_alive=bool(alive), dialect=row["dialect"])
-
-
-def _pack(data: bytes) -> bytes:
-    return zlib.compress(data, 1)
-
-
-def _unpack(blob: bytes) -> bytes:
-    return zlib.decompress(bytes(blob))
 
 
 def _notify_payloads(gen_ids: set[int]) -> list[str]:

@@ -6,8 +6,9 @@ a lock (SQLite has one writer anyway); replays read through a second one, so
 a long replay never waits on the writer. Several gateway processes may share
 the file: a follower in another process polls for new events every
 ``poll_interval`` seconds, and cancel requests travel through a flag the
-producing process polls. Stored responses (the Responses API) live in the same file,
-compressed (a response object and its conversation repeat their field names).
+producing process polls.
+(Stored responses, the Responses API's, live in the same file, in a table of their own:
+``protocols.responses.records``.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-import zlib
 from pathlib import Path
 
 import aiosqlite
@@ -25,11 +25,9 @@ from gateway.config import sqlite_database
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
     LIVE,
-    RUNNING_STATUSES,
     Batch,
     EndingFactory,
     NewGeneration,
-    StoredResponse,
     StoredSession,
     split_chunk_rows,
 )
@@ -64,20 +62,6 @@ CREATE TABLE IF NOT EXISTS stream_replicas (
     replica TEXT PRIMARY KEY,
     heartbeat_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS stored_responses (
-    owner TEXT NOT NULL,
-    response_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    background INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    history BLOB NOT NULL,
-    root TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    PRIMARY KEY (owner, response_id)
-);
-CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses (expires_at);
 """
 # Columns added after the first release: a database created before them gets them at open.
 ADDED_COLUMNS = (("stream_sessions", "dialect", "TEXT NOT NULL DEFAULT 'openai'"),)
@@ -356,48 +340,7 @@ class SQLiteStore:
                 "(SELECT replica FROM stream_sessions WHERE status = 'live')",
                 (time.time() - max(ttl_seconds, 10 * self.lease_seconds),),
             )
-            # Stored responses carry their own expiry (RESPONSES_RETENTION_SECONDS at creation).
-            await db.execute("DELETE FROM stored_responses WHERE expires_at < ?", (time.time(),))
         return removed
-
-    # --- stored responses (the Responses API) --------------------------------------------------
-    async def save_response(self, record: StoredResponse) -> None:
-        async with self._transaction() as db:
-            await db.execute(
-                "INSERT OR REPLACE INTO stored_responses (owner, response_id, status, background, body, history, "
-                "root, created_at, updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.owner, record.response_id, record.status, int(record.background), _pack(record.body),
-                 _pack(record.history), record.root, record.created_at, time.time(), record.expires_at),
-            )
-
-    async def update_response(self, owner: str, response_id: str, *, status: str, body: bytes,
-                              from_statuses: tuple[str, ...] = RUNNING_STATUSES) -> bool:
-        async with self._transaction() as db:
-            cursor = await db.execute(
-                "UPDATE stored_responses SET status = ?, body = ?, updated_at = ? WHERE owner = ? AND response_id = ? "
-                f"AND status IN ({','.join('?' * len(from_statuses))})",
-                (status, _pack(body), time.time(), owner, response_id, *from_statuses),
-            )
-            return cursor.rowcount == 1
-
-    async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
-        async with self._reader.execute(
-            "SELECT status, background, body, history, root, created_at, expires_at FROM stored_responses "
-            "WHERE owner = ? AND response_id = ? AND expires_at >= ?", (owner, response_id, time.time()),
-        ) as cursor:
-            row = await cursor.fetchone()
-        if row is None:
-            return None
-        status, background, body, history, root, created_at, expires_at = row
-        return StoredResponse(owner=owner, response_id=response_id, status=status, background=bool(background),
-                              body=_unpack(body), history=_unpack(history), root=root, created_at=created_at,
-                              expires_at=expires_at)
-
-    async def delete_response(self, owner: str, response_id: str) -> bool:
-        async with self._transaction() as db:
-            cursor = await db.execute("DELETE FROM stored_responses WHERE owner = ? AND response_id = ?",
-                                      (owner, response_id))
-            return cursor.rowcount == 1
 
     # --- helpers ------------------------------------------------------------------------------
     def _alive(self, heartbeat: float | None, now: float) -> bool:
@@ -409,14 +352,6 @@ class SQLiteStore:
         alive = status == LIVE and replica != self.replica and self._alive(heartbeat, now)
         return StoredSession(owner=owner, session_id=session_id, gen_id=gen_id, status=status, how=how,
                              count=count, named=bool(named), replica=replica, producer_alive=alive, dialect=dialect)
-
-
-def _pack(data: bytes) -> bytes:
-    return zlib.compress(data, 1)
-
-
-def _unpack(blob: bytes) -> bytes:
-    return zlib.decompress(bytes(blob))
 
 
 def _resolve(future: asyncio.Future) -> None:

@@ -98,3 +98,39 @@ async def test_a_failed_resolution_keeps_the_engines_and_an_empty_answer_empties
     await state.discover()
     assert state.engines == [] and not state.ready
     assert state.last_error == "no inference engine is known yet"
+
+
+def networked(resolver: StubResolver, networks: str):
+    settings = Settings(vllm_dns_url="http://vllm-engines:8000", vllm_api_key="k", vllm_dns_networks=networks)
+    state = EngineState(settings, AlwaysReady(), fleet=Fleet.from_settings(settings),
+                        discovery=DnsDiscovery.from_settings(settings, resolver))
+    return state
+
+
+async def test_addresses_outside_the_allowed_networks_never_become_engines(caplog):
+    # The engine key goes to every engine: a name pointed elsewhere must not collect it.
+    resolver = StubResolver(["10.1.2.3", "203.0.113.9", "fd00::7", "2001:db8::1", "engine-3.internal", "fd00::8%eth0"],
+                            ["203.0.113.9"])
+    state = networked(resolver, "10.0.0.0/8,fd00::/8")
+    with caplog.at_level("WARNING", logger="gateway.engine"):
+        await state.refresh()
+    assert [engine.id for engine in state.engines] == ["http://10.1.2.3:8000", "http://[fd00::7]:8000",
+                                                       "http://[fd00::8]:8000"]
+    assert state.discovery.refused == ["2001:db8::1", "203.0.113.9", "engine-3.internal"]
+    [warning] = [record for record in caplog.records if "VLLM_DNS_NETWORKS" in record.getMessage()]
+    assert warning.refused == ["2001:db8::1", "203.0.113.9", "engine-3.internal"]
+    await state.discover()  # now only a foreign address: the fleet empties rather than sending it the key
+    assert state.engines == [] and not state.ready
+    assert state.last_error == "every address vllm-engines resolves to is outside VLLM_DNS_NETWORKS"
+
+
+async def test_without_networks_every_address_is_an_engine():
+    state = networked(StubResolver(["10.1.2.3", "203.0.113.9"]), "")
+    await state.refresh()
+    assert [engine.id for engine in state.engines] == ["http://10.1.2.3:8000", "http://203.0.113.9:8000"]
+
+
+def test_a_network_that_does_not_parse_is_refused_by_name():
+    with pytest.raises(ValueError, match="VLLM_DNS_NETWORKS entries are networks") as refused:
+        Settings(vllm_dns_networks="10.0.0.0/8,10.0.0.0/33")
+    assert "10.0.0.0/33" in str(refused.value)

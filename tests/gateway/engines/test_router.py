@@ -119,8 +119,8 @@ def test_the_decision_says_why():
 
 
 # --- session stickiness and re-pin -----------------------------------------------------------------
-@pytest.mark.parametrize("policy", ["prefix", "session"])
-def test_a_session_sticks_to_its_engine_repins_when_it_is_down_and_returns(policy):
+@pytest.mark.parametrize("policy", ["prefix", "affinity", "session"])  # ("session": affinity's name before)
+def test_an_affinity_key_sticks_to_its_engine_repins_when_it_is_down_and_returns(policy):
     r = router(policy)
     hints = RouteHints(model="m", affinity_key="user-42", prefix=b"ignored when a key is given")
     home = r.pick(hints)

@@ -7,7 +7,8 @@ import pytest
 from gateway.config import Settings
 from gateway.engines.errors import EngineTimeout, EngineUnavailable
 from gateway.engines.state import TIMEOUTS_BEFORE_NOT_READY, EngineState
-from gateway.http.errors import GatewayError
+from gateway.failures import NotFound, Unavailable
+from gateway.http.errors import http_error
 
 
 class Engines:
@@ -46,9 +47,9 @@ async def test_the_models_are_the_union_of_the_ready_engines():
 async def test_an_unknown_model_is_a_404_listing_every_valid_name():
     state = state_for({A: ["small"], B: ["large"]})
     await state.refresh()
-    with pytest.raises(GatewayError) as caught:
+    with pytest.raises(NotFound) as caught:
         state.resolve_model("huge")
-    assert caught.value.status == 404 and caught.value.code == "model_not_found"
+    assert http_error(caught.value).status == 404 and caught.value.code == "model_not_found"
     assert caught.value.message == "The model 'huge' does not exist. Available models: small, large, stack-2.9"
 
 
@@ -59,9 +60,9 @@ async def test_a_model_whose_engines_are_all_down_is_a_503_not_a_404():
     table[B] = EngineUnavailable("the inference engine is unreachable (Connection refused)")
     await state.refresh()
     assert state.ready and state.served_models == ["small"]
-    with pytest.raises(GatewayError) as caught:
+    with pytest.raises(Unavailable) as caught:
         state.resolve_model("large")
-    assert (caught.value.status, caught.value.code) == (503, "engine_unavailable")
+    assert (http_error(caught.value).status, caught.value.code) == (503, "engine_unavailable")
     assert state.fleet.get(B).error_kind == "refused" and not state.fleet.get(B).reachable
 
 
@@ -112,3 +113,19 @@ async def test_engine_state_survives_slow_health_answers_but_not_a_dead_engine()
     upstream.failure = EngineUnavailable("the inference engine is unreachable (refused)")
     await engine.refresh()
     assert not engine.ready and not engine.reachable
+
+
+async def test_listeners_hear_of_every_look_and_every_read_of_the_loads_and_one_failing_stops_nobody():
+    state = state_for({A: ["small"]})
+    heard: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("a listener that fails")
+
+    state.on_change(broken)
+    state.on_change(lambda: heard.append("changed"))
+    await state.refresh()
+    assert heard == ["changed"]
+    await state.scrape_all()
+    assert heard == ["changed", "changed"]
+    assert state.ready

@@ -45,6 +45,8 @@ class FleetFakeEngine(FakeEngine):
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._fleet_complete)
         app.router.add_post("/v1/completions", self._fleet_complete)
+        app.router.add_post("/v1/messages", self._fleet_other_protocol)
+        app.router.add_post("/v1/responses", self._fleet_other_protocol)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         sock = socket.socket()
@@ -106,6 +108,15 @@ class FleetFakeEngine(FakeEngine):
                 return web.Response()
             return await self._complete_with(payload, request)
         return await self._stream_dying(request, payload)
+
+    async def _fleet_other_protocol(self, request: web.Request) -> web.StreamResponse:
+        """A Messages or Responses stream (vLLM's events), dying or stalling like the chat streams."""
+        self.requests += 1
+        body = await request.read()
+        self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        self.streams_started += 1
+        return await self.protocol_stream(request, orjson.loads(body), text_prefix=self.text_prefix,
+                                          die_after=self.die_after, stall_after=self.stall_after)
 
     async def _complete_with(self, payload: dict, request: web.Request) -> web.Response:
         n = int(payload.get("max_tokens") or 16)

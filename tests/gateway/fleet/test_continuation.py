@@ -16,6 +16,7 @@ from tests.gateway.fleet.conftest import serving
 from tests.gateway.fleet.fakes import fake_fleet, fleet_settings
 from tests.support.servers import serve_uvicorn
 from tests.support.sse_client import content_of, fresh_client, parse_sse, read_stream
+from tests.support.waiting import until
 
 CHAT = "/v1/chat/completions"
 TOKENS = 12
@@ -222,10 +223,8 @@ async def test_cancel_works_on_the_engine_that_took_over():
         async with serve_uvicorn(app) as base_url, fresh_client(base_url) as client:
             reading = asyncio.create_task(read_stream(client, "POST", CHAT, json=body(max_tokens=400,
                                                                                      session_id="cancel-me")))
-            while survivor.streams_started == 0 or len(survivor.received) == 0:
-                await asyncio.sleep(0.01)  # waits for the switch (bounded by the test timeout)
-            while survivor.streams_started and not await _past_the_switch(client, "cancel-me"):
-                await asyncio.sleep(0.02)
+            await until(lambda: survivor.streams_started and survivor.received, what="the switch to the survivor")
+            await until(lambda: _past_the_switch(client, "cancel-me"), what="events past the switch", interval=0.02)
             cancel = await client.post("/v1/cancel/cancel-me")
             received = await reading
         assert cancel.json()["cancelled"] is True

@@ -55,7 +55,7 @@ def test_the_gateway_deployment_sets_only_settings_the_gateway_reads_and_one_key
 
 def test_the_settings_table_lists_the_fleets_settings_with_their_defaults():
     table = dict(re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", DOC.split("## Settings", 1)[1], re.M))
-    fleet = ["VLLM_BASE_URLS", "VLLM_DNS_URL", "VLLM_DNS_REFRESH_SECONDS", "ENGINE_METRICS_INTERVAL",
+    fleet = ["VLLM_BASE_URLS", "VLLM_DNS_URL", "VLLM_DNS_REFRESH_SECONDS", "VLLM_DNS_NETWORKS", "ENGINE_METRICS_INTERVAL",
              "ROUTING_POLICY", "ROUTING_LOAD_BOUND", "ENGINE_MAX_ATTEMPTS", "ENGINE_EJECT_SECONDS",
              "STREAM_CONTINUATION"]
     assert sorted(table) == sorted(fleet)

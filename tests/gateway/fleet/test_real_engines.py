@@ -16,13 +16,16 @@ import inspect
 import os
 import time
 
+import anthropic
 import httpx
+import openai
 import orjson
 import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.engines.routing import RouteHints
+from gateway.http.context import RequestContext
 from gateway.protocols.openai.continuation import ChatReplay
 from gateway.relay.sse import SSEFramer
 from tests.gateway.fleet.conftest import serving
@@ -37,6 +40,8 @@ MODEL = "qwen3-embedded"
 # Longer than one KV block (128 tokens on the CPU engine): only whole blocks are cached.
 SYSTEM = "You are a careful assistant who answers questions about lighthouses. " * 40
 DEADLINE = 120.0
+RAW_MESSAGE_EVENTS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                      "message_delta", "message_stop")
 
 
 def fleet_settings(fleet: FleetHandle, **values) -> Settings:
@@ -117,8 +122,8 @@ async def test_going_on_from_what_was_sent_is_a_request_the_real_engine_serves_w
         full, usage = text_and_usage(events)
         delivered = [b"id: s:%d\n%s\n\n" % (index, event) for index, event in enumerate(events[:41])]  # role + 40
         partial, _ = text_and_usage([*events[:41], events[-2]])
-        replay = await ChatReplay(CHAT, body).resume(delivered, engines=engines, route=RouteHints(model=MODEL),
-                                                     request_id="resume-on-a-real-engine")
+        replay = await ChatReplay(CHAT, body).extend(delivered, engines=engines, route=RouteHints(model=MODEL),
+                                                     request=RequestContext("extend-on-a-real-engine"))
         assert replay is not None
         sent = orjson.loads(replay.body)
         assert sent["messages"][-1] == {"role": "assistant", "content": partial} and sent["continue_final_message"]
@@ -254,3 +259,80 @@ async def _both_busy(client: httpx.AsyncClient) -> bool:
 async def _ready(client: httpx.AsyncClient, url: str) -> bool:
     engines = (await client.get("/health")).json()["engines"]
     return any(engine["url"] == url and engine["ready"] and not engine["ejected"] for engine in engines)
+
+
+async def test_an_engine_killed_mid_stream_messages_and_responses_streams_continue_on_the_other(vllm_fleet):
+    """The official SDKs read a Messages and a Responses stream on one engine (the same affinity key), and
+    that engine is killed: each stream goes on on the other, in its own events, to its whole budget.
+
+    Last in this module: it leaves the killed engine down (the fixture stops what is left; a test
+    added after it would start with ``ensure_running`` as this one does).
+    """
+    for member in vllm_fleet.members:
+        await asyncio.to_thread(member.ensure_running)
+    for engine in vllm_fleet.engines:
+        await engine.wait_until_idle()
+    same_engine = {"x-session-affinity": "both-streams-here"}
+    # Long enough to be cut: greedy, "Hello there" runs the Messages budget out (it has no ignore_eos).
+    budget = 4000
+    session = "claude-cut-by-the-kill"
+    app = create_app(fleet_settings(vllm_fleet))
+    async with serve_uvicorn(app) as base_url, fresh_client(base_url, timeout=DEADLINE) as client:
+        claude = anthropic.AsyncAnthropic(base_url=base_url, api_key="any", max_retries=0, timeout=DEADLINE)
+        sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="any", max_retries=0, timeout=DEADLINE)
+        message_events: list = []
+        response_events: list = []
+
+        async def read_message():
+            async with claude.messages.stream(model=MODEL, max_tokens=budget, extra_headers=same_engine,
+                                              messages=[{"role": "user", "content": "Hello there"}],
+                                              extra_body={"temperature": 0, "session_id": session}) as stream:
+                async for event in stream:
+                    message_events.append(event)
+                return await stream.get_final_message()
+
+        async def read_response():
+            stream = await sdk.responses.create(model=MODEL, input="Tell me about the harbour.", temperature=0,
+                                                max_output_tokens=budget, stream=True, extra_headers=same_engine,
+                                                extra_body={"ignore_eos": True})
+            async for event in stream:
+                response_events.append(event)
+
+        reading = [asyncio.create_task(read_message()), asyncio.create_task(read_response())]
+        loaded: dict[str, int] = {}
+
+        async def both_streaming() -> bool:
+            assert not any(task.done() for task in reading), "a stream ended before the kill"
+            engines = (await client.get("/health")).json()["engines"]
+            loaded.update({engine["url"]: engine["load"]["in_flight"] for engine in engines})
+            return len(message_events) > 40 and len(response_events) > 40 and max(loaded.values()) == 2
+
+        await until(both_streaming, "both streams' first events, on one engine")
+        victim = [engine.base_url for engine in vllm_fleet.engines].index(max(loaded, key=loaded.get))
+        message_had = "".join(e.delta.text for e in message_events if e.type == "content_block_delta")
+        response_had = "".join(e.delta for e in response_events if e.type == "response.output_text.delta")
+        await asyncio.to_thread(vllm_fleet.kill, victim)
+        final_message, _ = await asyncio.gather(*reading)
+        log = (await client.get(f"/v1/sessions/{session}/events")).text
+        stored = await sdk.responses.retrieve(response_events[0].response.id)
+        metrics = (await client.get("/metrics")).text
+    assert sorted(loaded.values()) == [0, 2]  # both streams were on the victim when it died
+    # The Messages stream: one message, to its whole budget, what the client had at the kill then the rest.
+    kinds = [event.type for event in message_events]
+    assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop" and "error" not in kinds
+    assert final_message.stop_reason == "max_tokens" and final_message.usage.output_tokens == budget
+    text = final_message.content[0].text
+    assert message_had and text.startswith(message_had) and len(text) > len(message_had)
+    ids = [line[4:] for line in log.splitlines() if line.startswith("id: ")]
+    raw = [kind for kind in kinds if kind in RAW_MESSAGE_EVENTS]  # (the SDK adds "text" events of its own)
+    assert ids == [f"{session}:{index}" for index in range(len(raw))]
+    # The Responses stream: numbered without a gap, one output item with the id the client first saw.
+    assert [event.sequence_number for event in response_events] == list(range(len(response_events)))
+    kinds = [event.type for event in response_events]
+    assert kinds.count("response.created") == 1 and kinds[-1] == "response.incomplete" and "error" not in kinds
+    final = response_events[-1].response
+    assert final.usage.output_tokens == budget and response_had and final.output_text.startswith(response_had)
+    assert [item.id for item in final.output] == [response_events[2].item.id]
+    assert stored.output_text == final.output_text and stored.status == final.status == "incomplete"
+    survivor = vllm_fleet.engines[1 - victim].base_url
+    assert f'gateway_engine_continuations_total{{engine="{survivor}",outcome="continued"}} 2.0' in metrics

@@ -13,6 +13,7 @@ from gateway.http.auth import KeyRing
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
+from tests.support.waiting import until
 
 KEY = "sk-admission-test-key"
 
@@ -88,8 +89,7 @@ async def test_control_requests_are_admitted_apart_and_bounded_by_their_own_pool
                                    control_requests=ControlRequests([("POST", "/v1/cancel/{session_id}")]))
     held = [asyncio.create_task(call(middleware, "POST", "/v1/chat/completions")),  # takes the key's one slot
             asyncio.create_task(call(middleware, "POST", "/v1/cancel/s-1"))]        # admitted beside it
-    while app.entered < 2:
-        await asyncio.sleep(0)
+    await until(lambda: app.entered >= 2, what="both requests in the app")
     second_request = await call(middleware, "POST", "/v1/chat/completions")
     second_control = await call(middleware, "POST", "/v1/cancel/s-2")
     app.release.set()

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from gateway.config import Settings
 from tests.support.bodies import CHAT, chat_body
-from tests.support.gateway import READ_KEY, bearer, running_gateway, serving
+from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, running_gateway, serving
 from tests.support.sse_client import fresh_client
 
 PAGE = "https://app.example.com"
@@ -53,11 +53,11 @@ async def test_an_allowed_origins_preflight_is_answered_before_auth_and_admissio
 
 
 async def test_a_preflight_from_another_origin_is_refused_saying_why(make_settings, fake_engine):
-    async with serving(make_settings(api_keys=[READ_KEY], cors_origins=f"{PAGE},http://localhost:5173")) as client:
+    async with serving(make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], cors_origins=f"{PAGE},http://localhost:5173")) as client:
         refused = await client.options(CHAT, headers=preflight(STRANGER))
         other_port = await client.options(CHAT, headers=preflight("http://localhost:5174"))
         second = await client.options(CHAT, headers=preflight("http://localhost:5173"))
-        metrics = (await client.get("/metrics", headers=bearer(READ_KEY))).text.splitlines()
+        metrics = (await client.get("/metrics", headers=bearer(WRITE_KEY))).text.splitlines()
     assert refused.status_code == 403 and other_port.status_code == 403 and second.status_code == 204
     assert 'gateway_requests_total{route="preflight",status="403"} 2.0' in metrics
     assert 'gateway_requests_total{route="preflight",status="204"} 1.0' in metrics

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from gateway.http import logs
-from gateway.http.logs import JsonFormatter, request_id_var
+from gateway.http.context import RequestContext, current
+from gateway.http.logs import JsonFormatter
 
 
 def _line(formatter: JsonFormatter, created: float, **extra) -> dict:
@@ -34,11 +35,11 @@ def test_each_line_carries_its_own_time_across_seconds_minutes_and_back():
 
 
 def test_the_access_line_has_its_fields_and_request_id():
-    token = request_id_var.set("rid-1")
+    token = current.set(RequestContext("rid-1"))
     try:
         line = _line(JsonFormatter(), 1796196021.5, fields={"status": 200, "path": "/v1/chat/completions"})
     finally:
-        request_id_var.reset(token)
+        current.reset(token)
     assert line == {"ts": _expected(1796196021.5), "level": "info", "logger": "gateway.access", "msg": "request",
                     "request_id": "rid-1", "status": 200, "path": "/v1/chat/completions"}
 
@@ -82,13 +83,13 @@ def test_the_access_line_written_directly_is_the_line_logging_writes(json_loggin
     root = logging.getLogger()
     pytest_handlers = root.handlers[:]  # pytest's own capture handlers, added for the test's call
     root.handlers[:] = [logs._json_handler]
-    token = request_id_var.set("rid-2")
+    token = current.set(RequestContext("rid-2"))
     try:
         assert logs._sole_json_handler(logger) is logs._json_handler  # the direct path is the one taken
         logs.AccessLog(logger).write(FIELDS)              # direct: the JSON handler is the only one
         logger.info("request", extra={"fields": FIELDS})  # the same line through logging
     finally:
-        request_id_var.reset(token)
+        current.reset(token)
         root.handlers[:] = pytest_handlers
     direct, logged = _lines(json_logging)
     assert list(direct) == list(logged)  # same keys in the same order

@@ -41,7 +41,8 @@ async def test_health_is_public_metrics_and_models_are_not(secured):
     assert (await secured.get("/health")).status_code == 200
     assert (await secured.get("/livez")).status_code == 200
     assert (await secured.get("/metrics")).status_code == 401
-    assert (await secured.get("/metrics", headers=bearer(READ_KEY))).status_code == 200
+    assert (await secured.get("/metrics", headers=bearer(READ_KEY))).status_code == 403  # admin or metrics keys only
+    assert (await secured.get("/metrics", headers=bearer(WRITE_KEY))).status_code == 200
     assert (await secured.get("/v1/models")).status_code == 401
 
 
@@ -61,7 +62,7 @@ async def test_keys_never_appear_in_metrics(make_settings):
     settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], key_id_secret="metrics-test-secret-0001")
     async with serving(settings) as client:
         await client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY))
-        text = (await client.get("/metrics", headers=bearer(READ_KEY))).text
+        text = (await client.get("/metrics", headers=bearer(WRITE_KEY))).text
     assert READ_KEY not in text and WRITE_KEY not in text
     expected = hmac.new(b"metrics-test-secret-0001", hashlib.sha256(READ_KEY.encode()).digest(),
                         hashlib.sha256).hexdigest()[:16]

@@ -76,7 +76,7 @@ def wait_for_metric(engine, name: str, predicate, *, timeout: float = 30.0) -> f
 
 def gateway_tokens(url: str, key: str) -> dict[str, float]:
     """``gateway_tokens_total`` of ``key``, by kind, from the gateway's /metrics."""
-    text = httpx.get(url + "/metrics", headers=headers(KEY_A), timeout=10).text
+    text = httpx.get(url + "/metrics", headers=headers(ADMIN_KEY), timeout=10).text
     found = {"prompt": 0.0, "completion": 0.0}
     for line in text.splitlines():
         if line.startswith("gateway_tokens_total{") and f'key_id="{key_id(key)}"' in line:

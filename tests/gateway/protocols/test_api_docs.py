@@ -71,7 +71,10 @@ def test_the_responses_example(gateway_url, vllm_engine):
     assert got["follow_up"].previous_response_id == got["first"].id
     events = got["events"] + got["rest"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    assert events[-1].type == "response.completed"
+    # A sampled answer may end before its max_output_tokens or be cut there: the terminal event says which.
+    assert events[-1].response.status in ("completed", "incomplete")
+    assert events[-1].type == {"completed": "response.completed", "incomplete": "response.incomplete"}[
+        events[-1].response.status]
 
 
 @pytest.mark.integration

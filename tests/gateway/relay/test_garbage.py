@@ -21,13 +21,17 @@ from tests.support.bodies import CHAT, chat_body
 from tests.support.servers import serve_uvicorn
 
 # The objects each request creates that a cycle would keep (uvicorn's own per-request object
-# included: the gateway keeps the server's send, a method of it, in the request's scope).
+# included: the request's context keeps the server's send, a method of it, and sits in the scope).
 REQUEST_OBJECTS = {
     "gateway.relay.channel.ClientChannel",
     "gateway.http.disconnect.DisconnectWatcher",
     "gateway.sessions.generation.Generation",
-    "gateway.sessions.producer.GenerationSink",
+    "gateway.sessions.sink.LogSink",
     "gateway.sessions.log.EventLog",
+    "gateway.relay.run.Run",
+    "gateway.relay.plain.LiveRun",
+    "gateway.relay.plain.ClientSink",
+    "gateway.http.context.RequestContext",
     "uvicorn.protocols.http.httptools_impl.RequestResponseCycle",
 }
 

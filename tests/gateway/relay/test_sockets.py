@@ -10,6 +10,7 @@ import pytest
 from gateway.app import create_app
 from tests.support.bodies import CHAT, chat_body
 from tests.support.servers import serve_uvicorn
+from tests.support.waiting import until
 
 
 async def test_keepalive_comments_fill_long_silences(make_settings, fake_engine):
@@ -40,8 +41,7 @@ async def test_client_leaving_a_plain_request_closes_the_upstream_request(make_s
     app = create_app(make_settings())
     async with serve_uvicorn(app) as url, httpx.AsyncClient(timeout=10) as client:
         pending = asyncio.create_task(client.post(url + CHAT, json=chat_body()))
-        while not fake_engine.received:
-            await asyncio.sleep(0.01)
+        await until(lambda: fake_engine.received, what="the request at the engine")
         pending.cancel()
         await asyncio.gather(pending, return_exceptions=True)
         await asyncio.wait_for(fake_engine.request_aborted.wait(), timeout=5)
@@ -53,14 +53,14 @@ async def test_a_client_that_leaves_is_counted_as_499_not_as_a_server_error(make
     app = create_app(make_settings())
     async with serve_uvicorn(app) as url, httpx.AsyncClient(timeout=10) as client:
         pending = asyncio.create_task(client.post(url + CHAT, json=chat_body()))
-        while not fake_engine.received:
-            await asyncio.sleep(0.01)
+        await until(lambda: fake_engine.received, what="the request at the engine")
         pending.cancel()
         await asyncio.gather(pending, return_exceptions=True)
         await asyncio.wait_for(fake_engine.request_aborted.wait(), timeout=5)
         registry = app.state.gateway.metrics.registry
-        while registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"}) is None:
-            await asyncio.sleep(0.01)  # the middleware records it once the request's task is done
+        # (the middleware records it once the request's task is done)
+        await until(lambda: registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"})
+                    is not None, what="the 499 counted")
         server_errors = registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "500"})
     assert registry.get_sample_value("gateway_requests_total", {"route": CHAT, "status": "499"}) == 1
     assert server_errors is None

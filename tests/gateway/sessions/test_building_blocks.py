@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.http.errors import GatewayError
+from gateway.failures import Invalid
+from gateway.http.errors import http_error
 from gateway.protocols.openai.dialect import DONE, OPENAI
 from gateway.sessions.frames import frame, framed_block, frames, id_prefix, pack_frames, split_frames, unpack_frames
 from gateway.sessions.ids import new_session_id, parse_last_event_id
@@ -26,9 +27,9 @@ def test_last_event_id_forms():
 @pytest.mark.parametrize("value,session", [("7", None), ("a:b", None), ("a:-2", None), ("x y:1", None),
                                            ("other:1", "mine"), (":3", None)])
 def test_bad_last_event_ids_are_400s(value, session):
-    with pytest.raises(GatewayError) as caught:
+    with pytest.raises(Invalid) as caught:
         parse_last_event_id(value, session_id=session)
-    assert caught.value.status == 400 and caught.value.param == "last_event_id"
+    assert http_error(caught.value).status == 400 and caught.value.param == "last_event_id"
 
 
 def test_generated_ids_are_long_random_and_valid_as_client_ids():

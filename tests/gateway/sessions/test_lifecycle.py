@@ -122,9 +122,10 @@ async def test_a_detached_generation_runs_for_nobody_and_can_be_followed(gateway
     """What a background run uses: produced by its own task, never stopped for lack of clients."""
     import orjson
 
-    from gateway.http.errors import OPENAI_SHAPE
+    from gateway.http.auth import LOCAL_PRINCIPAL
+    from gateway.http.context import RequestContext
     from gateway.protocols.openai.dialect import OPENAI
-    from gateway.relay.context import RelayContext, StreamCall
+    from gateway.relay.call import StreamCall
     from tests.gateway.sessions.test_storage import in_server
 
     fake_engine.chunk_delay = 0.01
@@ -134,15 +135,13 @@ async def test_a_detached_generation_runs_for_nobody_and_can_be_followed(gateway
         results.append(result)
 
     async with gateway() as (base, app), fresh_client(base) as client:
-        core = app.state.gateway
         body = orjson.dumps({**stream_body(30), "stream_options": {"include_usage": True}})
         call = StreamCall(path="/v1/chat/completions", body=body, dialect=OPENAI, session_id="bg-1",
                           model="fake-model", on_complete=remember)
-        ctx = RelayContext(engines=core.engines, metrics=core.metrics, key_id="local", request_id="req-bg-1",
-                           keepalive_seconds=5, error_shape=OPENAI_SHAPE)
+        request = RequestContext("req-bg-1", principal=LOCAL_PRINCIPAL)  # no client: nobody to answer
 
         async def start():
-            await app.state.sessions.start_detached(call, ctx)
+            await app.state.sessions.start_detached(call, request)
 
         await in_server(app, start)
         followed = await read_stream(client, "GET", "/v1/sessions/bg-1/events")

@@ -122,20 +122,20 @@ async def test_the_memory_store_keeps_finished_sessions_per_key(gateway, fake_en
 async def test_a_detached_generation_holds_an_admission_slot_until_it_ends(gateway, fake_engine):
     import orjson
 
-    from gateway.http.errors import OPENAI_SHAPE
+    from gateway.http.auth import LOCAL_PRINCIPAL
+    from gateway.http.context import RequestContext
     from gateway.protocols.openai.dialect import OPENAI
-    from gateway.relay.context import RelayContext, StreamCall
+    from gateway.relay.call import StreamCall
 
     fake_engine.chunk_delay = 0.01
     async with gateway(max_inflight_per_key=1) as (base, app), fresh_client(base) as client:
         core = app.state.gateway
         body = orjson.dumps({**chat(100), "stream_options": {"include_usage": True}})
-        ctx = RelayContext(engines=core.engines, metrics=core.metrics, key_id="local", request_id="req-bg",
-                           keepalive_seconds=5, error_shape=OPENAI_SHAPE)
+        request = RequestContext("req-bg", principal=LOCAL_PRINCIPAL)  # no client: nobody to answer
 
         async def start():
             await app.state.sessions.start_detached(
-                StreamCall(path="/v1/chat/completions", body=body, dialect=OPENAI, session_id="bg-slot"), ctx)
+                StreamCall(path="/v1/chat/completions", body=body, dialect=OPENAI, session_id="bg-slot"), request)
 
         await in_server(app, start)
         while_running = await client.post("/v1/chat/completions", json=chat(2))

@@ -41,9 +41,10 @@ async def freeze_while_the_client_is_ahead(gateway: GatewayProcess, db_path, eve
     """SIGSTOP ``gateway`` at a moment its client holds events the store does not; the count stored.
 
     With a flush a second the client is ahead most of the time (it reads each event as it is
-    produced); a flush that slips in between the look and the freeze makes it try again.
+    produced); a flush that slips in between the look and the freeze makes it try again (a few
+    times at most: each try waits for ten more events).
     """
-    while True:
+    for _ in range(10):
         await until_persisted(db_path, 20)
         ahead_of = await asyncio.to_thread(persisted_events, db_path) + 10
         await until(lambda: len(events) > ahead_of, 60, what="the client ahead of the store")  # noqa: B023
@@ -52,6 +53,7 @@ async def freeze_while_the_client_is_ahead(gateway: GatewayProcess, db_path, eve
         if stored < len(events):
             return stored
         gateway.process.send_signal(signal.SIGCONT)
+    raise AssertionError("the store caught up with the client at each of 10 freezes")
 
 
 async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_end(idle_vllm_engine, probe, tmp_path,

@@ -56,6 +56,7 @@ async def test_random_drops_and_resumes_equal_one_uninterrupted_run(idle_vllm_en
             got = await read_stream(client, method, url, json=body if method == "POST" else None,
                                     headers=headers, stop_after=rng.randint(1, longest))
             assert got.status == 200, (seed, got.body)
+            assert got.events, (seed, "a resume before the end delivered no event")  # (and the loop ends)
             events += got.events
             connections += 1
     assert [e.index for e in events] == list(range(len(events))), seed  # contiguous, no duplicates
@@ -103,6 +104,7 @@ async def test_twenty_sessions_with_their_own_resumes_do_not_cross(vllm_engine, 
                 got = await read_stream(client, "POST", "/v1/chat/completions", json=body, headers=headers,
                                         stop_after=rng.randint(5, 30))
                 assert got.status == 200, got.body
+                assert got.events, "a resume before the end delivered no event"  # (and the loop ends)
                 events += got.events
             full = await read_stream(client, "GET", f"/v1/sessions/{sid}/events")
             return events, full.events

@@ -7,7 +7,7 @@ import orjson
 from gateway.engines.errors import parse_error_body
 from gateway.http.errors import GatewayError
 from gateway.protocols.anthropic.dialect import ANTHROPIC
-from gateway.protocols.anthropic.errors import error_body
+from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, error_body
 from gateway.relay.sse import event_json
 
 
@@ -48,9 +48,9 @@ def test_vllms_validation_dump_becomes_a_message_naming_the_field():
                                                 "'body.messages.0.role', 'msg': \"Input should be 'user' or "
                                                 "'assistant'\", 'input': 'bot'}", "type": "Bad Request",
                                      "param": "body.messages.0.role", "code": 400}})
-    body = orjson.loads(error_body(parse_error_body(400, engine)))
+    body = orjson.loads(error_body(ANTHROPIC_SHAPE.http(parse_error_body(400, engine))))
     assert body == {"type": "error", "error": {"type": "invalid_request_error",
                                                "message": "messages.0.role: Input should be 'user' or 'assistant'"}}
     named = orjson.dumps({"type": "error", "error": {"type": "NotFoundError", "message": "The model `x` ..."}})
-    assert orjson.loads(error_body(parse_error_body(404, named)))["error"] == {
+    assert orjson.loads(error_body(ANTHROPIC_SHAPE.http(parse_error_body(404, named))))["error"] == {
         "type": "not_found_error", "message": "The model `x` ..."}

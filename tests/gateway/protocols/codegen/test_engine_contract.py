@@ -192,7 +192,7 @@ def test_a_client_that_leaves_aborts_the_generation_in_the_engine(api_url, vllm_
     body = orjson.dumps({"prompt": PROMPT, "max_tokens": 2000, "do_sample": False})
     address = urlparse(api_url)
     with socket.create_connection((address.hostname, address.port)) as client:
-        client.sendall(b"POST /generate HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        client.sendall(b"POST /generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         try:
             wait_for(lambda: vllm_engine.metrics().get("vllm:num_requests_running", 0) >= 1, timeout=60,

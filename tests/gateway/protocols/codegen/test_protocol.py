@@ -355,7 +355,7 @@ def app() -> FastAPI:
 async def schema_client(app: FastAPI):
     """The schemas behind a bare FastAPI app (the name differs from the gateway-wide ``client``)."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 

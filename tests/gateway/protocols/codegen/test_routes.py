@@ -56,7 +56,7 @@ async def gateway(tmp_path):
     app = create_app(settings)
     app.state.gateway.engine_state = FakeEngineState()
     app.state.gateway.engines = FakeUpstream()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         yield Gateway(app, client)
 
 
@@ -126,7 +126,7 @@ async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(tmp_pa
     async with running_fake_engine(response_delay=engine_seconds) as engine:
         app = create_app(codegen_settings(tmp_path, vllm_base_url=engine.base_url))
         async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
                 started = time.perf_counter()
                 response = await client.post(path, json=body)
                 total_ms = (time.perf_counter() - started) * 1000
@@ -216,7 +216,7 @@ async def test_with_the_engine_down_every_engine_route_is_a_503_and_health_still
     settings = codegen_settings(tmp_path, vllm_base_url=f"http://127.0.0.1:{free_port()}", upstream_connect_timeout=1)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             generate = await client.post("/generate", json={"prompt": "x"})
             chat = await client.post("/chat", json={"messages": [{"role": "user", "content": "x"}]})
             info = await client.get("/model-info")
@@ -235,7 +235,7 @@ async def test_the_code_api_requires_a_key_when_keys_are_configured(tmp_path):
     app = create_app(settings)
     app.state.gateway.engine_state = FakeEngineState()
     app.state.gateway.engines = FakeUpstream(**answering())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         anonymous = await client.post("/generate", json={"prompt": "x"})
         wrong = await client.post("/extract-code", json={"prompt": "x"}, headers={"authorization": "Bearer nope"})
         allowed = await client.post("/generate", json={"prompt": "x"}, headers={"authorization": "Bearer reader-key"})
@@ -253,9 +253,9 @@ class HangingUpstream(FakeUpstream):
         self.generating = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def post_json(self, path: str, payload: dict, *, request_id: str | None = None) -> dict:
+    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None) -> dict:
         if path == "/tokenize":
-            return await super().post_json(path, payload, request_id=request_id)
+            return await super().post_json(path, payload, request=request, request_id=request_id)
         self.generating.set()
         try:
             await asyncio.Event().wait()

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.config import Settings
 from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable
+from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 from gateway.protocols.codegen import service
 from gateway.protocols.codegen.protocol import ChatMessage, ChatRequest, GenerateRequest
@@ -37,7 +38,7 @@ async def run_generate(up: FakeUpstream, *, extract: bool = False, engine: FakeE
                        settings: Settings = SETTINGS, **body: Any):
     return await service.generate(
         request=GenerateRequest(**({"prompt": "def f():"} | body)), extract=extract, upstream=up,
-        engine=engine or FakeEngineState(), settings=settings, request_id="rid-1",
+        engine=engine or FakeEngineState(), settings=settings, context=RequestContext("rid-1"),
     )
 
 
@@ -205,7 +206,8 @@ CONVERSATION = [
 
 async def run_chat(up: FakeUpstream, messages=CONVERSATION, engine: FakeEngineState | None = None, **body: Any):
     return await service.chat(request=ChatRequest(messages=messages, **body), upstream=up,
-                              engine=engine or FakeEngineState(), settings=SETTINGS, request_id="rid-2")
+                              engine=engine or FakeEngineState(), settings=SETTINGS,
+                              context=RequestContext("rid-2"))
 
 
 async def test_chat_sends_the_messages_to_the_engine_chat_template():

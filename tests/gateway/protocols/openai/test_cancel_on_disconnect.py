@@ -14,7 +14,7 @@ import pytest
 
 from gateway.app import create_app
 from tests.support.engine_gateway import engine_settings
-from tests.support.gateway import READ_KEY
+from tests.support.gateway import READ_KEY, WRITE_KEY
 from tests.support.servers import serve_uvicorn
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
@@ -36,7 +36,8 @@ async def wait_for_metric(engine, name: str, predicate, timeout: float) -> float
 
 @pytest.fixture(params=["off", "sqlite"], ids=["plain-relay", "sessions"])
 async def gateway(request, idle_vllm_engine, tmp_path):
-    app = create_app(engine_settings(idle_vllm_engine, tmp_path, session_store=request.param))
+    app = create_app(engine_settings(idle_vllm_engine, tmp_path, session_store=request.param,
+                                     metrics_api_keys=[WRITE_KEY]))
     async with serve_uvicorn(app) as url:
         yield url
 
@@ -97,7 +98,7 @@ async def test_aborted_stream_usage_is_still_counted(gateway, idle_vllm_engine):
         await wait_for_metric(idle_vllm_engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
         deadline = time.monotonic() + 30
         while True:
-            metrics = (await client.get(gateway + "/metrics", headers=HEADERS)).text
+            metrics = (await client.get(gateway + "/metrics", headers={"authorization": f"Bearer {WRITE_KEY}"})).text
             counted = [line for line in metrics.splitlines()
                        if line.startswith("gateway_tokens_total") and 'kind="completion"' in line]
             if counted and float(counted[0].split()[-1]) >= 9:

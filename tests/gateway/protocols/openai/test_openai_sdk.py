@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 import httpx
@@ -158,12 +159,17 @@ def test_bad_parameters_are_bad_request(sdk, engine_model):
         sdk.chat.completions.create(model=engine_model, messages="not a list", max_tokens=4)
 
 
-def test_request_id_becomes_the_engines_request_id(sdk, engine_model):
-    raw = sdk.chat.completions.with_raw_response.create(
-        model=engine_model, messages=PROMPT, max_tokens=2, extra_headers={"X-Request-ID": "trace-42"}
-    )
-    assert raw.headers["x-request-id"] == "trace-42"
-    assert raw.parse().id.endswith("trace-42")
+def test_request_id_reaches_the_engine_made_unique(sdk, engine_model):
+    # The client's id is kept (logs, the response header); the engine gets it with a suffix per
+    # attempt, since vLLM refuses a request id it already has (vllm #27711).
+    ids = set()
+    for _ in range(2):
+        raw = sdk.chat.completions.with_raw_response.create(
+            model=engine_model, messages=PROMPT, max_tokens=2, extra_headers={"X-Request-ID": "trace-42"}
+        )
+        assert raw.headers["x-request-id"] == "trace-42"
+        ids.add(raw.parse().id)
+    assert len(ids) == 2 and all(re.fullmatch(r"chatcmpl-trace-42-[0-9a-f]{8}", engine_id) for engine_id in ids)
 
 
 def test_added_ms_leaves_out_the_time_the_engine_spent(sdk, engine_model, vllm_engine):

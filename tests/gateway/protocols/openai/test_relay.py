@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 
@@ -135,12 +136,21 @@ async def test_stream_error_before_start_keeps_http_status(client, fake_engine):
 async def test_request_id_is_forwarded_and_returned(client, fake_engine):
     response = await client.post(CHAT, json=chat_body(), headers={"x-request-id": "trace-abc.123"})
     assert response.headers["x-request-id"] == "trace-abc.123"
-    assert fake_engine.last.headers["x-request-id"] == "trace-abc.123"
+    sent = fake_engine.last.headers["x-request-id"]  # the client's id, made unique for the engine
+    assert re.fullmatch(r"trace-abc\.123-[0-9a-f]{8}", sent)
 
     response = await client.post(CHAT, json=chat_body(), headers={"x-request-id": "bad id with spaces\n"})
     generated = response.headers["x-request-id"]
     assert generated != "bad id with spaces\n" and len(generated) == 24
-    assert fake_engine.last.headers["x-request-id"] == generated
+    assert re.fullmatch(re.escape(generated) + r"-[0-9a-f]{8}", fake_engine.last.headers["x-request-id"])
+
+
+async def test_a_reused_client_request_id_reaches_the_engine_as_two_ids(client, fake_engine):
+    """vLLM refuses (and multi-server engines crashed on, vllm #27711) a request id it already has."""
+    for _ in range(2):
+        assert (await client.post(CHAT, json=chat_body(stream=True), headers={"x-request-id": "same"})).status_code == 200
+    sent = [received.headers["x-request-id"] for received in fake_engine.received[-2:]]
+    assert len(set(sent)) == 2 and all(value.startswith("same-") for value in sent)
 
 
 async def test_added_ms_counts_the_gateway_and_leaves_out_the_engines_time(client, fake_engine):

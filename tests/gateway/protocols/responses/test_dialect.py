@@ -59,7 +59,7 @@ def test_the_gateways_endings_continue_the_numbering():
     assert [(e["type"], e["sequence_number"]) for e in failed] == [("error", 3), ("response.failed", 4)]
     assert failed[1]["response"]["status"] == "failed" and failed[1]["response"]["id"] == "resp_1"
     assert failed[1]["response"]["error"] == {"code": "stream_interrupted", "message": "engine gone"}
-    cancelled = event_json(dialect.cancelled_events(first_event=None, reason="cancel_request", fallback_id="x",
+    cancelled = event_json(dialect.cancelled_events(first_event=None, reason="cancel_request", run_id="x",
                                                     model="m", choices=1)[0])
     assert cancelled["type"] == "response.cancelled" and cancelled["sequence_number"] == 3
     assert dialect.is_last(b"id: resp_1:4\n" + dialect.error_events("x", "y")[1] + b"\n\n")
@@ -84,33 +84,72 @@ def test_endings_written_for_a_stored_run_start_at_its_index():
 
 
 async def test_a_streamed_response_is_stored_before_its_terminal_event_goes_out():
-    from gateway.protocols.responses.routes import _StoredBeforeEnd
+    """What the runner's loop does with ``before_end``: the terminal event read, stored, then written."""
+    from gateway.relay.pump import pump
 
     run = ResponsesRun("resp_1")
     order: list[str] = []
+    blocks = stream()
 
-    async def store(final: dict) -> None:
-        order.append(f"stored {final['status']}")
+    class Engine:  # the part of an EngineStream the loop reads
+        errors = ()
 
-    stored = _StoredBeforeEnd(run, store)
+        def __init__(self) -> None:
+            self.left = list(blocks)
 
-    async def relay(scope, receive, send) -> None:  # what the relay does: accept a read, then send it
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        for block in stream_blocks:
-            tracker.accept(block)
-            await send({"type": "http.response.body", "body": block, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        async def readany(self) -> bytes:
+            return self.left.pop(0) if self.left else b""
+
+        async def reach_end(self) -> None:
+            order.append("end of body")
+
+    class Sink:
+        async def write(self, block: bytes) -> None:
+            order.extend(event_json(event)["type"] for event in split_events(block))
+
+    async def store() -> None:
+        order.append(f"stored {run.final['status']}")
 
     tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
-    stream_blocks = stream()
-    stored.stream = relay
-
-    async def send(message: dict) -> None:
-        if message.get("body"):
-            order.append(event_json(message["body"])["type"])
-
-    await stored({"type": "http"}, None, send)
+    assert await pump(Engine(), tracker, Sink(), before_end=store) is None
     assert order == ["response.created", "response.in_progress", "response.output_text.delta",
-                     "response.output_text.delta", "stored completed", "response.completed"]
-    await stored.store_once({"status": "failed"})  # the relay's completion hook afterwards: already stored
-    assert order.count("stored completed") == 1 and "stored failed" not in order
+                     "response.output_text.delta", "stored completed", "response.completed", "end of body"]
+
+
+def test_a_cut_response_ends_with_response_incomplete_as_openai_sends_it():
+    """vLLM ends an answer cut by ``max_output_tokens`` with ``response.completed`` (status incomplete)."""
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    events = stream("incomplete")
+    tracker.accept(b"".join(events[:4]))
+    out = split_events(tracker.accept(events[4]))
+    assert len(out) == 1 and out[0].startswith(b"event: response.incomplete\ndata: ")
+    last = event_json(out[0])
+    assert last["type"] == "response.incomplete" and last["sequence_number"] == 4
+    assert last["response"]["status"] == "incomplete"
+    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert tracker.ended and ResponsesDialect(run).is_last(out[0] + b"\n\n")
+    assert tracker.result().usage == {"prompt_tokens": 7, "completion_tokens": 2}
+    assert run.final["status"] == "incomplete"
+
+
+def test_the_engines_own_incomplete_reason_is_kept():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    last = ev("response.completed", 0, response={**RESPONSE, "status": "incomplete",
+                                                 "incomplete_details": {"reason": "content_filter"}})
+    data = event_json(split_events(tracker.accept(last))[0])
+    assert data["type"] == "response.incomplete" and data["response"]["incomplete_details"] == {
+        "reason": "content_filter"}
+
+
+def test_a_failed_status_ends_with_response_failed_and_a_completed_one_is_untouched():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    error = {"code": "server_error", "message": "boom"}
+    data = event_json(split_events(tracker.accept(ev("response.completed", 0, response={
+        **RESPONSE, "status": "failed", "error": error})))[0])
+    assert data["type"] == "response.failed" and data["response"]["error"] == error and tracker.ended
+    completed = stream()[4]
+    assert ResponsesDialect(ResponsesRun("resp_2")).tracker(relay_usage=False, collect_text=False).accept(
+        completed) == completed

@@ -1,4 +1,4 @@
-"""Session affinity: requests with the same affinity key go to the same engine while it can take them.
+"""Affinity: requests with the same affinity key go to the same engine while it can take them.
 
 The key (``x-session-affinity``, a ``session_id``, a marketplace conversation, the OpenAI
 ``user``) is hashed onto the engines with bounded loads (``engines.hashing``): the same
@@ -20,7 +20,7 @@ from gateway.engines.routing import RouteHints
 
 def affinity_choice(kind: str, key: str | bytes, candidates: Sequence[Engine], serving: Sequence[Engine],
                     bound: float) -> tuple[Engine, str]:
-    """The engine for an affinity ``key`` of ``kind`` ("session" or "prefix"), and the reason."""
+    """The engine for an affinity ``key`` of ``kind`` ("affinity": a key the request names, or "prefix"), and why."""
     hashed = key_hash(key)
     engine, overflowed = bounded_choice(hashed, candidates, bound)
     if overflowed:
@@ -30,8 +30,8 @@ def affinity_choice(kind: str, key: str | bytes, candidates: Sequence[Engine], s
     return engine, kind
 
 
-class SessionAffinity:
-    name = "session"
+class AffinityPolicy:
+    name = "affinity"
 
     def __init__(self, *, load_bound: float) -> None:
         self.load_bound = load_bound
@@ -40,6 +40,6 @@ class SessionAffinity:
     def choose(self, candidates: Sequence[Engine], route: RouteHints | None,
                serving: Sequence[Engine]) -> tuple[Engine, str]:
         if route is not None and route.affinity_key:
-            return affinity_choice("session", route.affinity_key, candidates, serving, self.load_bound)
+            return affinity_choice("affinity", route.affinity_key, candidates, serving, self.load_bound)
         self._turn += 1
         return least_loaded(candidates, self._turn), "least_load"

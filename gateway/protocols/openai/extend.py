@@ -1,4 +1,4 @@
-"""Going on from exactly what clients received of a chat stream, when a replay elsewhere diverged.
+"""Extending what clients received of a chat stream on another engine, when a replay there diverged.
 
 A replay (``openai.continuation``) reproduces a run only when the new engine computes what the
 old one did; on the vLLM CPU engine a prefix-cache hit or another batch can change a greedy
@@ -28,6 +28,7 @@ import orjson
 from gateway.engines.client import EngineClient
 from gateway.engines.errors import BadGateway
 from gateway.engines.routing import RouteHints
+from gateway.http.context import RequestContext
 from gateway.protocols.openai.delivered import DONE, Delivered
 from gateway.relay.continuation import Replay
 from gateway.relay.sse import SEPARATOR, event_json, split_events
@@ -42,16 +43,16 @@ STRUCTURED = ("structured_outputs", "guided_json", "guided_regex", "guided_choic
 RENDERING = ("model", "chat_template", "chat_template_kwargs", "add_special_tokens", "mm_processor_kwargs")
 
 
-async def resume_from(seen: Delivered, *, path: str, body: bytes, engines: EngineClient, route: RouteHints,
-                      request_id: str) -> Replay | None:
+async def extend_from(seen: Delivered, *, path: str, body: bytes, engines: EngineClient, route: RouteHints,
+                      request: RequestContext) -> Replay | None:
     """The request that continues ``seen`` (what clients have of the stream of ``body``), or None."""
-    plan = ResumePlan.of(orjson.loads(body), seen)
+    plan = ExtendPlan.of(orjson.loads(body), seen)
     if plan is None:
         return None
     prompt_tokens, spent = None, 0
     if plan.partial:
         prompt_tokens, with_partial = await asyncio.gather(
-            *(token_count(engines, request, route=route, request_id=request_id) for request in plan.tokenize))
+            *(token_count(engines, chat, route=route, request=request) for chat in plan.tokenize))
         # What the partial answer took: as the engine tokenizes its text, or one token per content
         # event if that is more. Re-tokenized text can take more tokens than were generated
         # (byte-level pieces of one character) or fewer (non-canonical merges); vLLM sends at most
@@ -62,7 +63,7 @@ async def resume_from(seen: Delivered, *, path: str, body: bytes, engines: Engin
 
 
 class ContinueDelivered:
-    """The filter of a resumed stream: every new piece is the stream's own; the role is not sent twice,
+    """The filter of an extended stream: every new piece is the stream's own; the role is not sent twice,
     and usage counts the partial answer as completion, not prompt: ``prompt_tokens`` is the original
     prompt's, ``spent`` what the partial answer took of the budget."""
 
@@ -107,7 +108,7 @@ class ContinueDelivered:
 
 
 
-class ResumePlan:
+class ExtendPlan:
     """The request that goes on from a partial answer, and the two renderings that say what it costs."""
 
     __slots__ = ("payload", "partial", "tokenize")
@@ -118,7 +119,7 @@ class ResumePlan:
         self.tokenize = tokenize  # the original prompt, and the prompt with the partial answer
 
     @classmethod
-    def of(cls, payload: dict, seen: Delivered) -> ResumePlan | None:
+    def of(cls, payload: dict, seen: Delivered) -> ExtendPlan | None:
         """None when the stream cannot go on from ``seen`` (see the module's docstring)."""
         if set(seen.text) - {"content"} or payload.get("echo") or any(payload.get(f) for f in STRUCTURED):
             return None
@@ -149,8 +150,8 @@ class ResumePlan:
                     "continue_final_message": bool(payload.get("continue_final_message"))}
         with_partial = {**rendering, "messages": continued, "add_generation_prompt": False,
                         "continue_final_message": True}
-        resumed = {**payload, "messages": continued, "add_generation_prompt": False, "continue_final_message": True}
-        return cls(resumed, partial, (original, with_partial))
+        extended = {**payload, "messages": continued, "add_generation_prompt": False, "continue_final_message": True}
+        return cls(extended, partial, (original, with_partial))
 
     def spend(self, tokens: int) -> None:
         """Take what the partial answer used (``tokens``, as the engine renders it) from the budget."""
@@ -164,9 +165,9 @@ class ResumePlan:
             payload["min_tokens"] = max(0, value - tokens)
 
 
-async def token_count(engines: EngineClient, request: dict, *, route: RouteHints, request_id: str) -> int:
-    """How many tokens the engine renders ``request`` (a chat) into (vLLM's ``/tokenize``)."""
-    answer = await engines.post_json("/tokenize", request, request_id=request_id, route=route)
+async def token_count(engines: EngineClient, chat: dict, *, route: RouteHints, request: RequestContext) -> int:
+    """How many tokens the engine renders ``chat`` into (vLLM's ``/tokenize``)."""
+    answer = await engines.post_json("/tokenize", chat, request=request, route=route)
     count = answer.get("count")
     if not isinstance(count, int) or isinstance(count, bool):
         raise BadGateway("the inference engine's /tokenize answer has no count")

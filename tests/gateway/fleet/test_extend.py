@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from gateway.protocols.openai.delivered import Delivered
-from gateway.protocols.openai.resume import ContinueDelivered, ResumePlan
+from gateway.protocols.openai.extend import ContinueDelivered, ExtendPlan
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
 
@@ -23,7 +23,7 @@ def payload(**extra) -> dict:
 
 
 def test_the_partial_answer_becomes_the_final_assistant_message_continued():
-    plan = ResumePlan.of(payload(), delivered({"role": "assistant", "content": ""}, {"content": "Once"},
+    plan = ExtendPlan.of(payload(), delivered({"role": "assistant", "content": ""}, {"content": "Once"},
                                               {"content": " upon"}))
     assert plan is not None
     assert plan.payload["messages"] == [*MESSAGES, {"role": "assistant", "content": "Once upon"}]
@@ -37,7 +37,7 @@ def test_the_partial_answer_becomes_the_final_assistant_message_continued():
 
 def test_a_client_continuing_its_own_assistant_message_gets_the_partial_answer_appended_to_it():
     own = [*MESSAGES, {"role": "assistant", "content": "Once"}]
-    plan = ResumePlan.of(payload(messages=own, continue_final_message=True, add_generation_prompt=False),
+    plan = ExtendPlan.of(payload(messages=own, continue_final_message=True, add_generation_prompt=False),
                          delivered({"content": " upon"}, {"content": " a time"}))
     assert plan is not None and plan.payload["messages"] == [*MESSAGES, {"role": "assistant",
                                                                          "content": "Once upon a time"}]
@@ -45,7 +45,7 @@ def test_a_client_continuing_its_own_assistant_message_gets_the_partial_answer_a
 
 
 def test_the_budget_loses_what_the_partial_answer_took_and_keeps_at_least_one_token():
-    plan = ResumePlan.of(payload(max_completion_tokens=50, min_tokens=30), delivered({"content": "Once"}))
+    plan = ExtendPlan.of(payload(max_completion_tokens=50, min_tokens=30), delivered({"content": "Once"}))
     plan.spend(20)
     assert (plan.payload["max_tokens"], plan.payload["max_completion_tokens"], plan.payload["min_tokens"]) == (
         80, 30, 10)
@@ -55,21 +55,21 @@ def test_the_budget_loses_what_the_partial_answer_took_and_keeps_at_least_one_to
 
 def test_what_cannot_go_on_from_a_partial_answer():
     text = delivered({"content": "Once"})
-    assert ResumePlan.of(payload(), delivered({"reasoning_content": "hmm"}, {"content": "Once"})) is None
-    assert ResumePlan.of(payload(response_format={"type": "json_schema", "json_schema": {}}), text) is None
-    assert ResumePlan.of(payload(structured_outputs={"regex": "a+"}), text) is None
-    assert ResumePlan.of(payload(echo=True), text) is None
+    assert ExtendPlan.of(payload(), delivered({"reasoning_content": "hmm"}, {"content": "Once"})) is None
+    assert ExtendPlan.of(payload(response_format={"type": "json_schema", "json_schema": {}}), text) is None
+    assert ExtendPlan.of(payload(structured_outputs={"regex": "a+"}), text) is None
+    assert ExtendPlan.of(payload(echo=True), text) is None
     finished = Delivered.read([b"data: " + orjson.dumps({"id": "c", "created": 1, "choices": [
         {"index": 0, "delta": {"content": "Once"}, "finish_reason": "length"}]}) + b"\n\n"])
-    assert ResumePlan.of(payload(), finished) is None  # a complete answer gets nothing appended
-    assert ResumePlan.of(payload(messages=MESSAGES, continue_final_message=True), text) is None  # last is no assistant
-    assert ResumePlan.of(payload(response_format={"type": "text"}), text) is not None
+    assert ExtendPlan.of(payload(), finished) is None  # a complete answer gets nothing appended
+    assert ExtendPlan.of(payload(messages=MESSAGES, continue_final_message=True), text) is None  # last is no assistant
+    assert ExtendPlan.of(payload(response_format={"type": "text"}), text) is not None
 
 
 def test_text_shaped_like_template_tokens_is_never_re_rendered_even_as_look_alikes():
     for partial in ("ok <|im_end|>", "<|endoftext|>", "<think>", "</tool_call>", "＜｜im_start｜＞system"):
-        assert ResumePlan.of(payload(), delivered({"content": partial})) is None, partial
-    assert ResumePlan.of(payload(), delivered({"content": "a < b and c | d > e"})) is not None
+        assert ExtendPlan.of(payload(), delivered({"content": partial})) is None, partial
+    assert ExtendPlan.of(payload(), delivered({"content": "a < b and c | d > e"})) is not None
 
 
 def test_the_filter_restyles_chunks_drops_the_second_role_and_counts_the_partial_answer_as_completion():

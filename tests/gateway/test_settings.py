@@ -1,0 +1,50 @@
+"""Settings never show a secret when printed, logged or refused."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.config import Settings
+
+KEYS = {"api_keys": "sk-read-0123456789", "app_api_keys": "sk-app-0123456789", "admin_api_keys": "sk-admin-0123456789"}
+
+
+def test_keys_and_database_passwords_never_show_in_repr_or_str():
+    settings = Settings(**KEYS, vllm_api_key="engine-secret-1", key_id_secret="k" * 32,
+                        database_url="postgresql+asyncpg://stack:db-password-1@postgres/stack",
+                        sessions_database_url="postgresql://stack:db-password-2@postgres/sessions",
+                        vllm_base_urls="http://a:8000|engine-secret-2")
+    for shown in (repr(settings), str(settings), f"{settings!r}"):
+        for secret in [*KEYS.values(), "engine-secret-1", "engine-secret-2", "k" * 32, "db-password-1",
+                       "db-password-2"]:
+            assert secret not in shown
+    assert "postgresql+asyncpg://stack:***@postgres/stack" in repr(settings)  # the rest stays readable
+    assert [key.get_secret_value() for key in settings.api_keys] == [KEYS["api_keys"]]  # still usable
+
+
+def test_comma_separated_keys_from_the_environment_are_secrets(monkeypatch):
+    monkeypatch.setenv("API_KEYS", "sk-one-0123456789, sk-two-0123456789")
+    settings = Settings()
+    assert [key.get_secret_value() for key in settings.api_keys] == ["sk-one-0123456789", "sk-two-0123456789"]
+    assert "sk-one" not in repr(settings) and settings.auth_enabled
+
+
+def test_a_refused_setting_is_named_without_echoing_its_value():
+    with pytest.raises(ValidationError) as refused:
+        Settings(key_id_secret="short-secret-x")
+    assert "key_id_secret" in str(refused.value) and "at least 16 characters" in str(refused.value)
+    assert "short-secret-x" not in str(refused.value)
+    with pytest.raises(ValidationError) as refused:
+        Settings(port="eighty")
+    assert "port" in str(refused.value) and "eighty" not in str(refused.value)
+
+
+def test_no_settings_class_shows_a_database_password():
+    from gateway.features import settings_classes
+
+    for cls in settings_classes():
+        urls = {name: "postgresql://stack:db-password-3@postgres/x" for name in cls.model_fields
+                if name.endswith("database_url")}
+        shown = repr(cls(**urls))
+        assert "db-password-3" not in shown, cls.__name__

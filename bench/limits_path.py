@@ -1,0 +1,156 @@
+"""The limiter's cost on the whole request path: the gateway's CPU per request, a limited key against an unlimited one.
+
+    .venvs/gateway/bin/python -m bench.limits_path [--requests 2000] [--rounds 5] [--concurrency 16]
+                                                   [--out bench/results/limits_path]
+
+One gateway process (``python -m gateway``, SQLite, ``REDIS_URL`` on a throw-away
+``redis-server``) in front of the fast fake engine (``bench.fake_upstream``). Two database
+keys differ only in their limits: ``unlimited`` (no limits: admission costs one object, no
+I/O, the ledger still records it) and ``limited`` (rpm, tpm, concurrency and a daily budget,
+all far above the load, so nothing is refused: the cost of checking them on Redis, reserving,
+counting a stream's reads and settling). The rounds alternate the keys, non-streamed and
+streamed chat completions (16 tokens); the figure is the gateway process's CPU time (user +
+system) per request over the round, median of the rounds. The machine is shared: read the
+ratio within the run, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from bench.limits import start_redis
+from bench.procs import free_port
+
+ADMIN_KEY = "sk-bench-admin-0123456789abcdef"
+LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "budget_tokens": 10**12, "budget_period": "day"}
+MODEL = "fake-model"
+
+
+def start(argv: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+async def wait_ready(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while True:
+            try:
+                if (await client.get(url)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} not ready in {timeout}s")
+            await asyncio.sleep(0.1)
+
+
+async def one_round(client: httpx.AsyncClient, gateway: psutil.Process, key: str, *, stream: bool,
+                    requests: int, concurrency: int) -> float:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16,
+            "stream": stream}
+    headers = {"authorization": f"Bearer {key}"}
+
+    async def task(count: int) -> None:
+        for _ in range(count):
+            answer = await client.post("/v1/chat/completions", json=body, headers=headers)
+            await answer.aread()
+            assert answer.status_code == 200, answer.text
+
+    each = requests // concurrency
+    before = gateway.cpu_times()
+    await asyncio.gather(*(task(each) for _ in range(concurrency)))
+    after = gateway.cpu_times()
+    return (after.user + after.system - before.user - before.system) / (each * concurrency) * 1e6
+
+
+async def run(args: argparse.Namespace) -> dict:
+    redis, redis_url, redis_root = start_redis()
+    root = Path(tempfile.mkdtemp(prefix="bench-limits-path-"))
+    upstream_port, gateway_port = free_port(), free_port()
+    upstream = start([sys.executable, "-m", "bench.fake_upstream", "--port", str(upstream_port), "--model", MODEL])
+    env = os.environ | {"VLLM_BASE_URL": f"http://127.0.0.1:{upstream_port}", "PORT": str(gateway_port),
+                        "HOST": "127.0.0.1", "ADMIN_API_KEYS": ADMIN_KEY, "REDIS_URL": redis_url,
+                        "DATABASE_URL": f"sqlite+aiosqlite:///{root}/gateway.db", "SESSION_STORE": "off",
+                        "ACCESS_LOG": "false", "ENGINE_POLL_INTERVAL": "60"}
+    gateway = start([sys.executable, "-m", "gateway"], env, root / "gateway.log")
+    base = f"http://127.0.0.1:{gateway_port}"
+    try:
+        await wait_ready(base + "/readyz")
+        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+            admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+            keys = {}
+            for name, body in (("unlimited", {}), ("limited", {"limits": LIMITS})):
+                created = await client.post("/admin/keys", json={"name": name, **body}, headers=admin)
+                created.raise_for_status()
+                keys[name] = created.json()["key"]
+            process = psutil.Process(gateway.pid)
+            for key in keys.values():  # warm: the key cache, the connections, the Lua scripts
+                await one_round(client, process, key, stream=False, requests=200, concurrency=args.concurrency)
+            results: dict = {}
+            for stream in (False, True):
+                samples: dict[str, list[float]] = {name: [] for name in keys}
+                for _ in range(args.rounds):
+                    for name, key in keys.items():
+                        samples[name].append(await one_round(client, process, key, stream=stream,
+                                                             requests=args.requests, concurrency=args.concurrency))
+                medians = {name: statistics.median(values) for name, values in samples.items()}
+                results["streamed" if stream else "non-streamed"] = {
+                    "median_us": medians, "samples_us": {name: [round(v, 1) for v in values]
+                                                         for name, values in samples.items()},
+                    "added_us": medians["limited"] - medians["unlimited"],
+                    "ratio": medians["limited"] / medians["unlimited"]}
+        return {"requests": args.requests, "rounds": args.rounds, "concurrency": args.concurrency,
+                "load_average": os.getloadavg(), "results": results}
+    finally:
+        for process in (gateway, upstream, redis):
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(redis_root, ignore_errors=True)
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Gateway CPU per request, median of {report['rounds']} rounds of {report['requests']} requests at "
+             f"concurrency {report['concurrency']} (load average {report['load_average'][0]:.1f}):", "",
+             "| request | unlimited key | limited key (Redis) | added | ratio |", "|---|---|---|---|---|"]
+    for kind, figures in report["results"].items():
+        median = figures["median_us"]
+        lines.append(f"| {kind} | {median['unlimited']:.1f} µs | {median['limited']:.1f} µs | "
+                     f"{figures['added_us']:+.1f} µs | {figures['ratio']:.3f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/limits_path"))
+    args = parser.parse_args(argv)
+    report = asyncio.run(run(args))
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    args.out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""The admin API's router: keys, teams, usage (``create_app`` includes it)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gateway.protocols.admin.keys import keys_router
+from gateway.protocols.admin.teams import teams_router
+from gateway.protocols.admin.usage import usage_router
+from gateway.tenancy.service import Tenancy
+
+ADMIN_PREFIX = "/admin/"
+
+
+def admin_router(tenancy: Tenancy) -> APIRouter:
+    router = APIRouter()
+    router.include_router(keys_router(tenancy, default_grace_seconds=tenancy.settings.key_rotation_grace_seconds))
+    router.include_router(teams_router(tenancy))
+    router.include_router(usage_router(tenancy))
+    return router

@@ -1,0 +1,67 @@
+"""``GET /admin/usage`` (everyone's, grouped) and ``GET /v1/usage`` (the calling key's own).
+
+``from`` and ``to`` are ISO 8601 times or Unix seconds (default: the last 30 days up to now);
+the ledger is hourly, so both are taken to the hour. Figures reach the database every
+``USAGE_FLUSH_SECONDS``, so the last seconds may not be in them yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from gateway.http.auth import PrincipalDep, WriterDep
+from gateway.protocols.admin.errors import invalid, mapped
+from gateway.tenancy.service import Tenancy
+from gateway.tenancy.usage.report import GroupBy, usage_report
+
+DEFAULT_RANGE = dt.timedelta(days=30)
+From = Annotated[dt.datetime | None, Query(alias="from", description="start (ISO 8601 or Unix seconds)")]
+To = Annotated[dt.datetime | None, Query(alias="to", description="end (ISO 8601 or Unix seconds)")]
+
+
+def _range(start: dt.datetime | None, end: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
+    end = _utc(end) if end is not None else dt.datetime.now(dt.UTC)
+    start = _utc(start) if start is not None else end - DEFAULT_RANGE
+    if start > end:
+        raise invalid("from", "must not be after to")
+    return start, end
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+def _answer(rows: list[dict], start: dt.datetime, end: dt.datetime, group_by: str) -> dict:
+    return {"object": "usage", "from": int(start.timestamp()), "to": int(end.timestamp()), "group_by": group_by,
+            "data": rows}
+
+
+def usage_router(tenancy: Tenancy) -> APIRouter:
+    router = APIRouter(tags=["admin"])
+
+    @router.get("/admin/usage", summary="Usage of every key, grouped by key, team, model, user, day or route")
+    async def all_usage(_: WriterDep, start: From = None, end: To = None, group_by: GroupBy = "key",
+                        key_id: str | None = None, team_id: str | None = None) -> dict:
+        start, end = _range(start, end)
+        with mapped():
+            tenancy.require_ready()
+            rows = await usage_report(tenancy.engine, start=start, end=end, group_by=group_by, key_id=key_id,
+                                      team_id=team_id)
+        return _answer(rows, start, end, group_by)
+
+    @router.get("/v1/usage", summary="The calling key's own usage, grouped by model, day, user or route")
+    async def own_usage(principal: PrincipalDep, start: From = None, end: To = None,
+                        group_by: GroupBy = "model") -> dict:
+        if group_by in ("key", "team"):
+            raise invalid("group_by", "a key's own usage is grouped by model, day, user or route")
+        start, end = _range(start, end)
+        with mapped():
+            tenancy.require_ready()
+            rows = await usage_report(tenancy.engine, start=start, end=end, group_by=group_by,
+                                      key_id=principal.key_id)
+        return _answer(rows, start, end, group_by)
+
+    return router

@@ -1,0 +1,372 @@
+"""Limits and the usage ledger on the request path: admit before the engine, count as it streams, settle at the end.
+
+Every call that reaches an engine for inference passes here, in the one place each kind of
+call goes through: the stream runner (``relay.run``: admit before the stream opens, count
+each engine read, settle in its one ending), the non-streamed relay (``relay.unary``), and
+the engine client as features and the code API see it (:class:`MeteredEngines`:
+``gateway.api``'s ``post_json``, ``/generate`` and ``/chat``). A protocol never calls the
+limiter itself.
+
+- **Admit** (:meth:`Meter.admit`): the key's ``models`` list is checked (403 naming the
+  model); a key with limits gets one check-and-reserve over its team, itself and its end user
+  (``tenancy.limits``), its prompt bounded from the body (``tenancy.limits.estimate``) plus
+  its output limit; a refusal is a ``LimitReached`` (429, ``Retry-After``) with the rate-limit
+  headers of the route's family put on the response; Redis down under ``closed`` is a 503. A
+  non-streamed request granted less than it asked has its output limit lowered to what was
+  granted (it cannot be cut half-way); a stream is cut instead.
+- **Count** (:class:`MeteredSink`): each engine read's events count one token each (vLLM
+  writes one event per decode step) beyond the prompt bound; when a budget cannot cover the
+  next read, the stream ends there with its protocol's error event (``BudgetSpent``), so no
+  budget is overspent by a stream.
+- **Settle** (:meth:`Metered.settle`), once, whatever happened: the engine's usage replaces the
+  reservation (a request refused by the engine gives its tokens back; a stream cut or left
+  without usage keeps what it consumed), the concurrency slot is freed, and the usage the
+  client received goes to the ledger (prompt, completion, cached, reasoning tokens) under its
+  key, team, end user, model and route.
+
+A key without limits and without a models list costs one object per request and no parsing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.failures import Failure, LimitReached, Unavailable
+from gateway.http.context import RequestContext
+from gateway.http.errors import GatewayError
+from gateway.tenancy.errors import LimiterUnavailable
+from gateway.tenancy.limits.demand import demand_for
+from gateway.tenancy.limits.estimate import Estimate, estimate
+from gateway.tenancy.limits.headers import anthropic_headers, openai_headers, refusal_headers
+from gateway.tenancy.limits.model import RateLimited, Reservation
+from gateway.tenancy.usage.counts import NO_TOKENS, TokenCounts, counts_of
+
+if TYPE_CHECKING:
+    from gateway.tenancy.limits.limiter import Limiter
+    from gateway.tenancy.usage.ledger import UsageLedger
+
+# Engine paths that generate nothing: their tokens are the input only (no output reserved).
+NO_OUTPUT_PATHS = frozenset({"/v1/embeddings", "/pooling", "/classify", "/v1/classify", "/score", "/v1/score",
+                             "/rerank", "/v1/rerank", "/v2/rerank"})
+# Engine paths that are inference: everything else (counting a prompt's tokens, listing models, the
+# engine's admin routes) is neither limited nor in the ledger.
+INFERENCE_PATHS = NO_OUTPUT_PATHS | {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                                     "/v1/audio/transcriptions", "/v1/audio/translations"}
+EVENT_END = b"\n\n"
+
+
+class BudgetSpent(LimitReached):
+    """A stream reached what its budgets allow: it ends here with its protocol's error event."""
+
+
+class Meter:
+    """The limiter and the ledger as the request path uses them (one per process, on ``Relay``)."""
+
+    def __init__(self, limiter: Limiter, ledger: UsageLedger, *,
+                 resolve_model: Callable[[str], str | None] | None = None) -> None:
+        self.limiter = limiter
+        self.ledger = ledger
+        self.resolve_model = resolve_model  # an alias in a key's models list -> the served name
+
+    async def admit(self, request: RequestContext, path: str, body: bytes | None, *,
+                    payload: dict | None = None, stream: bool = False) -> Metered | None:
+        """Admit ``request``'s call of ``path``; the ``Metered`` it holds (also ``request.get(Metered)``).
+
+        ``payload``: the body already parsed (a feature's dict); it is changed in place when
+        its output limit is lowered. Raises a ``Failure`` for a refusal (nothing reserved).
+        None for a path that is no inference.
+        """
+        if path not in INFERENCE_PATHS:
+            return None
+        principal = request.principal
+        limits = getattr(principal, "limits", None)
+        team = getattr(principal, "team", None)
+        models = getattr(principal, "models", None)
+        limited = limits is not None and not (limits.empty and (team is None or team.limits.empty))
+        est: Estimate | None = None
+        if limited or models is not None:
+            if payload is None:
+                payload = _parsed(body)
+            est = estimate(payload, body_bytes=len(body or b""), generates=path not in NO_OUTPUT_PATHS)
+            if models is not None:
+                self._check_model(est.model, models)
+        metered = Metered(self, request, path, est)
+        if limited:
+            end_user = principal.subject if getattr(principal, "is_end_user", False) else None
+            demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
+                                prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens)
+            try:
+                reservation = await self.limiter.admit(demand)
+            except RateLimited as refusal:
+                raise _refused(request, refusal) from None
+            except LimiterUnavailable as exc:
+                raise Unavailable(f"{exc}; retry shortly", code="limits_unavailable", retry_after=1) from None
+            reservation.used = est.prompt_tokens if est.produces_output else 0
+            metered.reservation = reservation
+            _rate_headers(request, reservation)
+            if not stream and reservation.granted < demand.tokens and est.produces_output:
+                metered.lowered = max(1, reservation.granted - est.prompt_tokens)
+        request.put(metered)
+        return metered
+
+    def _check_model(self, model: str | None, models: tuple[str, ...]) -> None:
+        if model is None:
+            return
+        if model in models:
+            return
+        if self.resolve_model is not None:
+            for name in models:
+                try:
+                    if self.resolve_model(name) == model:
+                        return
+                except Failure:
+                    continue
+        raise GatewayError(403, f"this API key may not use the model '{model}'; it may use: {', '.join(models)}",
+                           param="model", code="model_not_allowed")
+
+    def may_see(self, principal: Any, model: object) -> bool:
+        """Whether ``principal``'s key may use ``model`` (``/v1/models`` lists only those)."""
+        models = getattr(principal, "models", None)
+        if models is None or not isinstance(model, str):
+            return models is None
+        try:
+            self._check_model(model, models)
+        except GatewayError:
+            return False
+        return True
+
+
+class Metered:
+    """What one admitted request holds: its reservation (if limited), and how to settle it once."""
+
+    # It keeps the principal, not the request: the request holds it (``put``), and a reference back
+    # would make every request a cycle that outlives it until a full collection.
+    __slots__ = ("meter", "principal", "key_id", "path", "estimate", "reservation", "lowered", "settled", "route")
+
+    def __init__(self, meter: Meter, request: RequestContext, path: str, est: Estimate | None) -> None:
+        self.meter = meter
+        self.principal = request.principal
+        self.key_id = request.key_id
+        self.path = path
+        self.estimate = est
+        self.reservation: Reservation | None = None
+        self.lowered: int | None = None  # a non-streamed request's output limit, lowered to its grant
+        self.settled = False
+        route = request.route
+        self.route = route.path if route is not None else (request.scope or {}).get("path", path)
+
+    def body(self, body: bytes | None) -> bytes | None:
+        """``body`` with its output limit lowered to the grant (the same bytes when it was not lowered)."""
+        if self.lowered is None or body is None:
+            return body
+        payload = _parsed(body)
+        if payload is None:
+            return body
+        self.lowered_payload(payload)
+        return orjson.dumps(payload)
+
+    def lowered_payload(self, payload: dict) -> None:
+        if self.lowered is not None:
+            payload[self.estimate.output_field or "max_tokens"] = self.lowered
+
+    async def consume(self, tokens: int) -> bool:
+        """``tokens`` more were generated; False when the budgets cannot cover them (cut the stream)."""
+        reservation = self.reservation
+        if reservation is None:
+            return True
+        if await self.meter.limiter.consume(reservation, tokens):
+            return True
+        reservation.used -= tokens  # not delivered: not counted
+        return False
+
+    async def settle(self, usage: object = None, *, model: object = None, answered: bool = True,
+                     estimated: object = None) -> None:
+        """The request ended: ``usage`` as the engine reported it (None: unknown), once.
+
+        ``estimated``: what the ledger records when the engine reported none (a stream cut or
+        left half-way: its content events). ``answered`` False: the engine refused or was never
+        reached (tokens given back, no ledger row).
+        """
+        if self.settled:
+            return
+        self.settled = True
+        counts = counts_of(usage) if usage is not None else NO_TOKENS
+        reservation = self.reservation
+        if reservation is not None:
+            if not answered:
+                used = 0
+            elif usage is not None and counts.total:
+                used = max(counts.total, 0)
+            else:
+                used = None  # what the stream consumed (the prompt bound and the events)
+            await self.meter.limiter.settle(reservation, used)
+        if answered:
+            self._record(counts if usage is not None else counts_of(estimated), model)
+
+    def _record(self, counts: TokenCounts, model: object) -> None:
+        principal = self.principal
+        if model is None and self.estimate is not None:
+            model = self.estimate.model
+        self.meter.ledger.record(
+            key_id=self.key_id, team_id=getattr(principal, "team_id", None),
+            end_user=principal.subject if getattr(principal, "is_end_user", False) else None,
+            model=model if isinstance(model, str) else "-", route=self.route, prompt_tokens=counts.prompt,
+            completion_tokens=counts.completion, cached_tokens=counts.cached, reasoning_tokens=counts.reasoning)
+
+
+class MeteredSink:
+    """A run's sink that counts each engine read against the request's reservation before writing it."""
+
+    def __init__(self, sink: Any, metered: Metered) -> None:
+        self._sink = sink
+        self._metered = metered
+        self.counts_events = sink.counts_events
+
+    @property
+    def first_event(self) -> bytes | None:
+        return self._sink.first_event
+
+    def __getattr__(self, name: str) -> Any:  # attach, detach, finish, refused, delivered, and a sink's own
+        return getattr(self._sink, name)
+
+    async def write(self, block: bytes) -> None:
+        metered = self._metered
+        events = block.count(EVENT_END)
+        if await metered.consume(events):
+            await self._sink.write(block)
+            return
+        fits = max(0, min(events, metered.reservation.left))  # the events of this read the budget still covers
+        if fits:
+            metered.reservation.used += fits
+            cut = 0
+            for _ in range(fits):
+                cut = block.index(EVENT_END, cut) + len(EVENT_END)
+            await self._sink.write(block[:cut])
+        raise BudgetSpent("the token budget of this API key ran out during the generation", code="insufficient_quota")
+
+
+class MeteredEngines:
+    """The engine client as the code API and features use it: ``post_json`` admitted and settled here."""
+
+    def __init__(self, engines: Any, meter: Meter | None) -> None:
+        self._engines = engines
+        self._meter = meter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engines, name)
+
+    async def post_json(self, path: str, payload: dict, *, request: RequestContext | None = None,
+                        **kwargs: Any) -> dict:
+        meter = self._meter
+        if meter is None or request is None or path not in INFERENCE_PATHS:
+            return await self._engines.post_json(path, payload, request=request, **kwargs)
+        metered = await meter.admit(request, path, None, payload=payload)
+        if metered is None:
+            return await self._engines.post_json(path, payload, request=request, **kwargs)
+        if metered.lowered is not None:
+            payload = dict(payload)
+            metered.lowered_payload(payload)
+        try:
+            answer = await self._engines.post_json(path, payload, request=request, **kwargs)
+        except BaseException:
+            await metered.settle(answered=False)
+            raise
+        await metered.settle(answer.get("usage") if isinstance(answer, dict) else None,
+                             model=answer.get("model") if isinstance(answer, dict) else payload.get("model"))
+        return answer
+
+
+def metered(core: Any) -> MeteredEngines:
+    """``core``'s engine client as the code API uses it: limited and recorded."""
+    return MeteredEngines(core.engines, core.relay.meter)
+
+
+# --- the calls the runner and the relays make -------------------------------------------------------
+async def admit_call(request: RequestContext, meter: Meter | None, path: str, body: bytes | None, *,
+                     stream: bool) -> bytes | None:
+    """Admit a relayed call (raises a refusal); the body to send (its output limit maybe lowered)."""
+    admitted = request.get(Metered)
+    if meter is None or (admitted is not None and not admitted.settled):  # (admitted by the protocol itself)
+        return body
+    metered = await meter.admit(request, path, body, stream=stream)
+    return metered.body(body) if metered is not None else body
+
+
+def metered_sink(sink: Any, request: RequestContext) -> Any:
+    """``sink``, counting the stream against the request's reservation when it has one."""
+    metered = request.get(Metered)
+    if metered is None or metered.reservation is None or metered.reservation.backend == "none":
+        return sink
+    return MeteredSink(sink, metered)
+
+
+async def settle_call(request: RequestContext, usage: object = None, *, model: object = None,
+                      answered: bool = True, estimated: object = None) -> None:
+    """Settle the request's call (nothing when it was never admitted, or settled already)."""
+    metered = request.get(Metered)
+    if metered is not None:
+        await metered.settle(usage, model=model, answered=answered, estimated=estimated)
+
+
+def visible_cards(meter: Meter | None, principal: Any, cards: list[dict]) -> list[dict]:
+    """The model cards of ``/v1/models`` that ``principal``'s key may use (all, for a key without a list)."""
+    if meter is None or getattr(principal, "models", None) is None:
+        return cards
+    return [card for card in cards if meter.may_see(principal, card.get("id"))]
+
+
+async def settle_answer(request: RequestContext, answer: bytes) -> None:
+    """Settle the request's call with the usage of the engine's JSON ``answer``."""
+    metered = request.get(Metered)
+    if metered is not None and not metered.settled:
+        usage, model = usage_of(answer)
+        await metered.settle(usage, model=model)
+
+
+def usage_of(answer: bytes) -> tuple[object, object]:
+    """The ``usage`` and ``model`` of a non-streamed JSON answer (None, None when it has none)."""
+    if b'"usage"' not in answer:
+        return None, None
+    try:
+        parsed = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(parsed, dict):
+        return None, None
+    return parsed.get("usage"), parsed.get("model")
+
+
+def _parsed(body: bytes | None) -> dict | None:
+    if not body:
+        return None
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _anthropic(request: RequestContext) -> bool:
+    try:
+        return request.error_shape.name == "anthropic"
+    except (AttributeError, TypeError, KeyError):
+        return False
+
+
+def _rate_headers(request: RequestContext, reservation: Reservation) -> None:
+    headers = anthropic_headers(reservation.rate) if _anthropic(request) else openai_headers(reservation.rate)
+    if headers:  # (already encoded: added in one step, not one tuple per header)
+        request.response_headers = (*request.response_headers, *headers)
+
+
+def _refused(request: RequestContext, refusal: RateLimited) -> LimitReached:
+    for name, value in refusal_headers(refusal, anthropic=_anthropic(request)):
+        if name != b"retry-after":  # (the failure's retry_after says it)
+            request.add_response_header(name.decode(), value.decode())
+    retry = math.ceil(refusal.retry_after) if refusal.retry_after is not None else None
+    code = "insufficient_quota" if refusal.reason == "budget" else "rate_limit_exceeded"
+    return LimitReached(str(refusal), code=code, retry_after=max(1, retry) if retry is not None else None)

@@ -1,0 +1,43 @@
+"""A request's demand: which scopes it counts against, and how many tokens it may use.
+
+The prompt is counted by the caller when it has the engine's count, else bounded from its
+length (``prompt_bound``): a byte-level BPE token (Qwen's) spans at least one byte of UTF-8
+text, so the byte length bounds the tokens of the text, and a chat template adds a few
+tokens per message. A bound over-reserves; the engine's usage settles the difference.
+"""
+
+from __future__ import annotations
+
+from gateway.tenancy.limits.model import Demand, Scope
+from gateway.tenancy.model import Limits, ScopeLimits, TeamLimits
+
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+TEMPLATE_TOKENS_BASE = 16
+
+
+def prompt_bound(text_bytes: int, messages: int = 1) -> int:
+    """At most how many tokens a prompt of ``text_bytes`` UTF-8 bytes in ``messages`` messages takes."""
+    return text_bytes + TEMPLATE_TOKENS_BASE + TEMPLATE_TOKENS_PER_MESSAGE * messages
+
+
+def demand_for(*, key_id: str, limits: Limits, team: TeamLimits | None = None, end_user: str | None = None,
+               prompt_tokens: int, max_tokens: int) -> Demand:
+    """The demand of a request by key ``key_id`` (in ``team``), for ``end_user`` if an app acts for one."""
+    scopes: list[Scope] = []
+    if team is not None and not _own(team.limits).empty:
+        scopes.append(Scope(f"team:{team.id}", _own(team.limits)))
+    if not _own(limits).empty:
+        scopes.append(Scope(f"key:{key_id}", _own(limits)))
+    if end_user is not None and limits.end_user is not None and not limits.end_user.empty:
+        scopes.append(Scope(f"user:{key_id}:{end_user}", limits.end_user))
+    return Demand(scopes=tuple(scopes), tag=team.id if team is not None else key_id,
+                  tokens=prompt_tokens + max(max_tokens, 0), min_tokens=prompt_tokens + 1)
+
+
+def _own(limits: Limits) -> ScopeLimits:
+    """A key's or team's limits without the ``end_user`` part (which applies to each end user)."""
+    if limits.end_user is None:
+        return limits
+    # Built without validation (the fields were validated as the key's): this runs per request.
+    return ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm, max_concurrency=limits.max_concurrency,
+                                       budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)

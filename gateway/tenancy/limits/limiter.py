@@ -1,0 +1,175 @@
+"""The limiter the request path calls: Redis when configured, in process otherwise or while Redis is down.
+
+Four calls per request (see docs/keys.md, "The request path"):
+
+- ``admit(demand)`` before the engine is asked: one check-and-reserve over every scope, or
+  ``RateLimited`` (with what ``Retry-After`` and the rate-limit headers need), or
+  ``LimiterUnavailable`` (Redis down under ``LIMITS_WHEN_REDIS_DOWN=closed``);
+- ``consume(reservation, tokens)`` as a stream produces tokens: free while the reservation
+  covers them; beyond it, one call extends it as far as the budgets allow; False means the
+  budget is spent and the stream must be cut;
+- ``settle(reservation, used)`` once at the end: the engine's usage replaces the
+  reservation (a failed request settles what it consumed, usually 0) and its concurrency
+  lease is released. On Redis it is sent without awaiting the reply (pipelined behind
+  whatever else is in flight): a request's end never waits on Redis for it.
+
+A demand with no limit in any scope costs no I/O at all. Redis down: every call is bounded
+by ``REDIS_TIMEOUT_SECONDS``; the first failure marks Redis down, and until a probe (every
+``PROBE_SECONDS``) finds it back no request waits on it: under ``local`` (the default) each
+replica enforces the limits alone (budgets continue from what Redis last said of them);
+under ``closed`` requests of limited keys are refused. A reservation made in Redis and
+settled while it is down loses its adjustment (its lease expires by itself); the count is in
+``status()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Literal
+
+from gateway.tenancy.errors import LimiterUnavailable
+from gateway.tenancy.limits.calendar import period_label
+from gateway.tenancy.limits.local import LocalLimits
+from gateway.tenancy.limits.model import Demand, Reservation
+from gateway.tenancy.limits.redis_limits import RedisLimits
+from gateway.tenancy.limits.resp import RedisReplyError, RedisUnavailable
+
+log = logging.getLogger("gateway.limits")
+
+PROBE_SECONDS = 0.5
+EXTEND_CHUNK = 128  # tokens asked at once when a stream outgrows its reservation
+MAX_REMEMBERED_BUDGETS = 100_000
+WhenDown = Literal["local", "closed"]
+
+
+class Limiter:
+    def __init__(self, *, local: LocalLimits, redis: RedisLimits | None = None, when_down: WhenDown = "local",
+                 probe_seconds: float = PROBE_SECONDS) -> None:
+        self.local = local
+        self.redis = redis
+        self.when_down = when_down
+        self.probe_seconds = probe_seconds
+        self.redis_down = False
+        self.lost_settlements = 0
+        self._budgets: dict[tuple[str, str], int] = {}  # (scope, period label) -> used, as Redis last said
+        self._probe: asyncio.Task | None = None
+
+    @property
+    def backend(self) -> str:
+        return "redis" if self.redis is not None else "local"
+
+    async def admit(self, demand: Demand) -> Reservation:
+        if not demand.limited:
+            return Reservation("", demand, demand.tokens, 0, "none")
+        if self.redis is not None and not self.redis_down:
+            try:
+                reservation, budgets = await self.redis.admit(demand)
+            except (RedisUnavailable, RedisReplyError) as exc:
+                self._went_down(exc)
+            else:
+                self._remember(demand, reservation.second, budgets)
+                return reservation
+        if self.redis is not None and self.when_down == "closed":
+            raise LimiterUnavailable("limits cannot be checked while Redis is unavailable")
+        if self.redis is not None:
+            self._seed(demand)
+        return self.local.admit(demand)
+
+    async def consume(self, reservation: Reservation, tokens: int) -> bool:
+        """Count ``tokens`` more as used; False once the budgets cannot cover them (cut the stream)."""
+        reservation.used += tokens
+        if reservation.used <= reservation.granted or reservation.backend == "none":
+            return True
+        await self.extend(reservation, max(reservation.used - reservation.granted, EXTEND_CHUNK))
+        return reservation.used <= reservation.granted
+
+    async def extend(self, reservation: Reservation, tokens: int) -> int:
+        """Up to ``tokens`` more for ``reservation`` (what the budgets still allow); the tokens granted."""
+        if reservation.backend == "none":
+            reservation.granted += tokens
+            return tokens
+        if reservation.backend == "local":
+            return self.local.extend(reservation, tokens)
+        if self.redis_down:
+            return 0
+        try:
+            return await self.redis.extend(reservation, tokens)  # type: ignore[union-attr]
+        except (RedisUnavailable, RedisReplyError) as exc:
+            self._went_down(exc)
+            return 0
+
+    async def settle(self, reservation: Reservation, used: int | None = None) -> None:
+        """The request ended: ``used`` tokens (default: what ``consume`` counted) replace the reservation."""
+        if reservation.settled:
+            return
+        reservation.settled = True
+        used = reservation.used if used is None else used
+        if reservation.backend == "local":
+            self.local.settle(reservation, used)
+        elif reservation.backend == "redis":
+            if self.redis_down:
+                self.lost_settlements += 1
+                return
+            try:
+                self.redis.settle(reservation, used)  # type: ignore[union-attr]  # sent; its reply is not awaited
+            except RedisUnavailable as exc:
+                self.lost_settlements += 1
+                self._went_down(exc)
+
+    def status(self) -> dict:
+        """What /health shows of the limiter."""
+        status: dict = {"ready": True, "backend": self.backend}
+        if self.redis is not None:
+            status |= {"redis": "down" if self.redis_down else "up", "when_redis_down": self.when_down,
+                       "enforcing": ("refusing limited keys" if self.when_down == "closed" else "per replica")
+                       if self.redis_down else "across replicas",
+                       "lost_settlements": self.lost_settlements + self.redis.client.failed_unawaited}
+        else:
+            status["enforcing"] = "per replica"
+        return status
+
+    def _remember(self, demand: Demand, second: int, budgets: list[int]) -> None:
+        for scope, used in zip(demand.scopes, budgets, strict=False):
+            if used >= 0:
+                if len(self._budgets) >= MAX_REMEMBERED_BUDGETS:
+                    self._budgets.pop(next(iter(self._budgets)))
+                self._budgets[(scope.name, period_label(scope.limits.budget_period, second))] = used
+
+    def _seed(self, demand: Demand) -> None:
+        second = int(self.local.clock())
+        for scope in demand.scopes:
+            if scope.limits.budget_tokens is not None:
+                label = period_label(scope.limits.budget_period, second)
+                used = self._budgets.get((scope.name, label))
+                if used is not None:
+                    self.local.seed_budget(scope.name, label, used)
+
+    def _went_down(self, exc: Exception) -> None:
+        if self.redis_down:
+            return
+        self.redis_down = True
+        log.warning("Redis is unavailable (%s): limits are %s until it answers again", exc,
+                    "enforced per replica" if self.when_down == "local" else "refusing limited keys")
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up(), name="redis-probe")
+
+    async def _probe_until_up(self) -> None:
+        while True:
+            await asyncio.sleep(self.probe_seconds)
+            try:
+                await self.redis.client.call(b"PING")  # type: ignore[union-attr]
+            except (RedisUnavailable, RedisReplyError):
+                continue
+            self.redis_down = False
+            log.warning("Redis answers again: limits are enforced across replicas")
+            return
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+        if self.redis is not None:
+            await self.redis.client.close()

@@ -1,0 +1,162 @@
+"""The limiter on Redis: one Lua script call checks and reserves for every scope of a request, atomically.
+
+Never a local pre-check against a shared counter (LiteLLM's "100 RPM across 4 instances
+lets 400 through"): the read and the write happen inside one script, which Redis runs alone,
+so N replicas asking at once for the last slot get one yes and N-1 noes. ``admit.lua`` checks
+and reserves; ``adjust.lua`` extends a reservation (a stream that needs more tokens than it
+reserved, as far as the budgets allow) or settles it (the engine's real usage replaces the
+reservation, the concurrency lease is released). ``calendar.lua`` gives both the budget
+periods. The scripts read Redis's clock, so replicas whose clocks differ still agree.
+
+Keys: ``gw:{<tag>}:<scope>:<counter>``; the tag (the team's id, else the key's) puts every
+counter one request touches in one slot, as Redis Cluster requires of a script.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from importlib.resources import files
+
+from gateway.tenancy.limits.model import (
+    PERIOD_CODES,
+    REASONS,
+    WINDOW_SECONDS,
+    Demand,
+    RateInfo,
+    RateLimited,
+    Reservation,
+)
+from gateway.tenancy.limits.resp import RedisClient, pack
+
+
+def _script(name: str) -> str:
+    package = files("gateway.tenancy.limits")
+    return package.joinpath("calendar.lua").read_text() + "\n" + package.joinpath(name).read_text()
+
+
+ADMIT = _script("admit.lua")
+ADJUST = _script("adjust.lua")
+_EXTEND, _SETTLE = 1, 2
+
+
+_PACKED_MAX = 10_000
+
+
+class _Packed:
+    """A demand's keys and limits in RESP form, packed once per distinct demand shape (they repeat per key)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, tuple[int, bytes, bytes]] = {}
+
+    def __call__(self, demand: Demand) -> tuple[int, bytes, bytes]:
+        """(how many arguments the two fragments hold, the key count and keys packed, the limits packed)."""
+        shape = (demand.tag, demand.scopes)
+        packed = self._cache.get(shape)
+        if packed is None:
+            keys = _keys(demand)
+            if len(self._cache) >= _PACKED_MAX:
+                self._cache.clear()
+            limits = _limit_args(demand)
+            packed = self._cache[shape] = (1 + len(keys) + len(limits), _pack_args((len(keys), *keys)),
+                                           _pack_args(tuple(limits)))
+        return packed
+
+
+class _ReservationIds:
+    """Unique reservation ids without a system call each: a random prefix per process, then a counter."""
+
+    def __init__(self) -> None:
+        self.prefix = secrets.token_hex(6)
+        self.counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):x}"
+
+
+def _pack_args(args: tuple) -> bytes:
+    return pack(args).split(b"\r\n", 1)[1]  # without the array header: a fragment of a longer command
+
+
+def _keys(demand: Demand) -> list[str]:
+    keys = []
+    for scope in demand.scopes:
+        base = f"gw:{{{demand.tag}}}:{scope.name}"
+        keys += [base + ":rpm", base + ":tpm", base + ":conc", base + ":budget"]
+    return keys
+
+
+def _limit_args(demand: Demand) -> list[int]:
+    args: list[int] = []
+    for scope in demand.scopes:
+        limits = scope.limits
+        args += [_or_none(limits.rpm), _or_none(limits.tpm), _or_none(limits.max_concurrency),
+                 _or_none(limits.budget_tokens), PERIOD_CODES[limits.budget_period]]
+    return args
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _seconds(value: int) -> float | None:
+    return None if value < 0 else value / 1000
+
+
+def _rate(reply: list) -> RateInfo:
+    values = reply[6:15]
+    fields = {}
+    for index, kind in enumerate(("requests", "tokens", "budget")):
+        limit, remaining, reset = values[index * 3: index * 3 + 3]
+        if limit >= 0:
+            fields |= {f"{kind}_limit": limit, f"{kind}_remaining": max(remaining, 0),
+                       f"{kind}_reset": _seconds(reset)}
+    return RateInfo(**fields)
+
+
+class RedisLimits:
+    def __init__(self, client: RedisClient, *, lease_seconds: float = 300.0) -> None:
+        self.client = client
+        self.lease_ms = int(lease_seconds * 1000)
+        self._packed = _Packed()
+        self._ids = _ReservationIds()
+        client.preload += [ADMIT, ADJUST]  # on every new connection: settle sends without a reply to retry on
+
+    async def admit(self, demand: Demand) -> tuple[Reservation, list[int]]:
+        """The reservation and, per scope, its budget's use after it (-1: no budget), or ``RateLimited``."""
+        reservation_id = self._ids.next()
+        count, keys, limits = self._packed(demand)
+        body = keys + _pack_args((reservation_id, demand.tokens, demand.min_tokens, self.lease_ms,
+                                  WINDOW_SECONDS)) + limits
+        reply = await self.client.evalsha_packed(ADMIT, count + 5, body)
+        rate = _rate(reply)  # type: ignore[arg-type]
+        if reply[0] != 1:  # type: ignore[index]
+            scope = demand.scopes[reply[4] - 1].name  # type: ignore[index]
+            raise RateLimited(REASONS[reply[3]], scope, _seconds(reply[5]), rate)  # type: ignore[index]
+        reservation = Reservation(reservation_id, demand, reply[1], reply[2], "redis", rate)  # type: ignore[index]
+        return reservation, list(reply[15:])  # type: ignore[index]
+
+    async def extend(self, reservation: Reservation, tokens: int) -> int:
+        reply = await self._adjust(reservation, _EXTEND, tokens)
+        granted = int(reply[0])
+        reservation.granted += granted
+        return granted
+
+    def settle(self, reservation: Reservation, used: int) -> None:
+        """Sent without waiting for the reply: nothing depends on it, and a request's end should not wait on Redis.
+
+        The script is loaded on every new connection (``preload``); a server that lost it without a
+        reconnection (``SCRIPT FLUSH``) makes the settle fail, counted in ``failed_unawaited``.
+        """
+        demand = reservation.demand
+        count, keys, limits = self._packed(demand)
+        body = keys + _pack_args((reservation.id, _SETTLE, used - reservation.granted, reservation.second,
+                                  self.lease_ms, WINDOW_SECONDS)) + limits
+        self.client.evalsha_nowait(ADJUST, count + 6, body)
+
+    async def _adjust(self, reservation: Reservation, mode: int, tokens: int) -> list:
+        demand = reservation.demand
+        count, keys, limits = self._packed(demand)
+        body = keys + _pack_args((reservation.id, mode, tokens, reservation.second, self.lease_ms,
+                                  WINDOW_SECONDS)) + limits
+        return await self.client.evalsha_packed(ADJUST, count + 6, body)  # type: ignore

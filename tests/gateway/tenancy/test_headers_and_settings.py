@@ -1,0 +1,57 @@
+"""Refusals as OpenAI's and Anthropic's headers; the start-up warning when limits hold per replica only."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from gateway.config import Settings
+from gateway.tenancy.limits.headers import anthropic_headers, duration, openai_headers, refusal_headers
+from gateway.tenancy.limits.model import RateInfo, RateLimited
+from gateway.tenancy.service import per_replica_warnings
+
+RATE = RateInfo(requests_limit=60, requests_remaining=0, requests_reset=1.5, tokens_limit=1000,
+                tokens_remaining=250, tokens_reset=75.0, budget_limit=5000, budget_remaining=10, budget_reset=3600.0)
+
+
+def test_openai_durations_read_as_api_openai_com_writes_them():
+    assert [duration(value) for value in (0.02, 1.5, 6.0, 75.0, 3723.0)] == ["20ms", "1.5s", "6s", "1m15s",
+                                                                              "1h2m3s"]
+
+
+def test_a_refusal_carries_retry_after_and_openais_headers():
+    refusal = RateLimited("rpm", "key:key_a", 1.2, RATE)
+    assert dict(refusal_headers(refusal)) == {
+        b"retry-after": b"2",
+        b"x-ratelimit-limit-requests": b"60", b"x-ratelimit-remaining-requests": b"0",
+        b"x-ratelimit-reset-requests": b"1.5s",
+        b"x-ratelimit-limit-tokens": b"1000", b"x-ratelimit-remaining-tokens": b"250",
+        b"x-ratelimit-reset-tokens": b"1m15s",
+        b"x-gateway-budget-limit": b"5000", b"x-gateway-budget-remaining": b"10", b"x-gateway-budget-reset": b"1h0m0s"}
+    assert str(refusal) == "this API key is at its limit of requests per minute"
+
+
+def test_anthropics_headers_give_reset_times():
+    now = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+    headers = dict(anthropic_headers(RATE, now=now))
+    assert headers[b"anthropic-ratelimit-requests-reset"] == b"2030-01-01T12:00:01Z"
+    assert headers[b"anthropic-ratelimit-tokens-remaining"] == b"250"
+    assert headers[b"anthropic-ratelimit-tokens-reset"] == b"2030-01-01T12:01:15Z"
+
+
+def test_a_spent_total_budget_has_no_retry_after():
+    refusal = RateLimited("budget", "team:team_t", None, RateInfo(budget_limit=10, budget_remaining=0))
+    headers = dict(refusal_headers(refusal))
+    assert b"retry-after" not in headers and headers[b"x-gateway-budget-remaining"] == b"0"
+    assert b"x-gateway-budget-reset" not in headers
+    assert openai_headers(RateInfo()) == []
+
+
+def test_the_gateway_warns_when_limits_would_hold_per_replica_only():
+    sqlite = "sqlite+aiosqlite:///./data/x.db"
+    assert per_replica_warnings(Settings(database_url=sqlite)) == []
+    [workers] = per_replica_warnings(Settings(database_url=sqlite, workers=4))
+    assert "WORKERS=4" in workers and "REDIS_URL" in workers
+    [postgres] = per_replica_warnings(Settings(database_url="postgresql+asyncpg://u@h/db"))
+    assert "PostgreSQL" in postgres
+    assert per_replica_warnings(Settings(database_url="postgresql+asyncpg://u@h/db", workers=2,
+                                         redis_url="redis://127.0.0.1:6379")) == []

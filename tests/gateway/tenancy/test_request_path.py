@@ -1,0 +1,170 @@
+"""Limits and the ledger on the request path, through the whole app in front of the fake engine.
+
+A database key's rpm, budget, concurrency and models list are enforced on every inference
+route (refusals in the route's own shape, with Retry-After and the family's rate-limit
+headers); a stream that spends its budget is cut with its protocol's error event; every
+route's usage reaches the ledger (``/v1/usage``) as the client received it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
+
+ADMIN = bearer(WRITE_KEY)
+
+
+@pytest.fixture
+async def gateway(make_settings):
+    async with serving(make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY],
+                                     usage_flush_seconds=300)) as client:
+        yield client
+
+
+async def new_key(gateway, **body) -> str:
+    answer = await gateway.post("/admin/keys", json={"name": "app", **body}, headers=ADMIN)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["key"]
+
+
+async def model_of(gateway) -> str:
+    return (await gateway.get("/v1/models", headers=bearer(READ_KEY))).json()["data"][0]["id"]
+
+
+def chat(model: str, **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
+
+
+def events(body: bytes) -> list[bytes]:
+    return [event for event in body.split(b"\n\n") if event.strip()]
+
+
+async def flushed_usage(gateway, key: str, group_by: str = "route") -> list[dict]:
+    await gateway.app.state.tenancy.ledger.flush()
+    answer = await gateway.get(f"/v1/usage?group_by={group_by}", headers=bearer(key))
+    assert answer.status_code == 200, answer.text
+    return answer.json()["data"]
+
+
+async def test_rpm_admits_the_limit_then_refuses_with_retry_after_and_openai_headers(gateway):
+    key = await new_key(gateway, limits={"rpm": 3})
+    model = await model_of(gateway)
+    answers = [await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key)) for _ in range(4)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
+    first, refused = answers[0], answers[3]
+    assert (first.headers["x-ratelimit-limit-requests"], first.headers["x-ratelimit-remaining-requests"]) == ("3", "2")
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert "x-ratelimit-reset-requests" in refused.headers
+    # A configured key without limits is never refused.
+    assert (await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(READ_KEY))).status_code == 200
+
+
+async def test_anthropic_refusals_use_its_envelope_and_headers_and_x_api_key_carries_a_database_key(gateway):
+    key = await new_key(gateway, limits={"rpm": 1})
+    model = await model_of(gateway)
+    body = {"model": model, "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    first = await gateway.post("/v1/messages", json=body, headers={"x-api-key": key})
+    assert first.status_code == 200, first.text
+    assert first.headers["anthropic-ratelimit-requests-limit"] == "1"
+    assert first.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    refused = await gateway.post("/v1/messages", json=body, headers={"x-api-key": key})
+    assert refused.status_code == 429
+    assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "rate_limit_error"
+    assert "anthropic-ratelimit-requests-reset" in refused.headers and "retry-after" in refused.headers
+    assert "x-ratelimit-limit-requests" not in refused.headers
+
+
+async def test_a_stream_that_spends_its_budget_is_cut_with_an_error_event_and_the_next_request_refused(gateway):
+    key = await new_key(gateway, limits={"budget_tokens": 80, "budget_period": "total"})
+    model = await model_of(gateway)
+    answer = await gateway.post("/v1/chat/completions", json=chat(model, max_tokens=200, stream=True),
+                                headers=bearer(key))
+    assert answer.status_code == 200
+    stream = events(answer.content)
+    assert stream[-1] == b"data: [DONE]"
+    error = orjson.loads(stream[-2].removeprefix(b"data: "))["error"]
+    assert error["code"] == "insufficient_quota" and "budget" in error["message"]
+    content = [event for event in stream if b'"content":"t' in event]
+    assert 0 < len(content) < 200  # cut, not finished: the engine would have sent 200
+    refused = await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+    assert "retry-after" not in refused.headers  # a spent total budget never comes back by itself
+    assert refused.headers["x-gateway-budget-limit"] == "80"
+
+
+async def test_a_non_streamed_request_granted_less_than_asked_gets_a_lowered_output_limit(gateway, fake_engine):
+    key = await new_key(gateway, limits={"budget_tokens": 100, "budget_period": "day"})
+    model = await model_of(gateway)
+    answer = await gateway.post("/v1/chat/completions", json=chat(model, max_tokens=500), headers=bearer(key))
+    assert answer.status_code == 200
+    sent = orjson.loads(fake_engine.last.body)["max_tokens"]
+    # The prompt bound of "hi" in one message is 2 + 16 + 8 * 2 = 34: 66 tokens left of 100.
+    assert sent == 66
+
+
+async def test_max_concurrency_refuses_a_second_stream_while_the_first_is_in_flight(gateway, fake_engine):
+    key = await new_key(gateway, limits={"max_concurrency": 1})
+    model = await model_of(gateway)
+    fake_engine.hold = asyncio.Event()
+    first = asyncio.create_task(gateway.post("/v1/chat/completions", json=chat(model, stream=True),
+                                             headers=bearer(key)))
+    try:
+        async with asyncio.timeout(10):
+            while fake_engine.streams_active < 1:
+                await asyncio.sleep(0.01)
+        second = await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
+        assert second.status_code == 429 and "in flight" in second.json()["error"]["message"]
+    finally:
+        fake_engine.hold.set()
+    assert (await first).status_code == 200
+    again = await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
+    assert again.status_code == 200  # the slot came back when the stream ended
+
+
+async def test_a_keys_models_list_is_enforced_and_filters_v1_models(gateway):
+    model = await model_of(gateway)
+    key = await new_key(gateway, models=["some-other-model"])
+    refused = await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
+    assert refused.status_code == 403
+    assert model in refused.json()["error"]["message"] and refused.json()["error"]["param"] == "model"
+    assert (await gateway.get("/v1/models", headers=bearer(key))).json()["data"] == []
+    allowed = await new_key(gateway, models=[model])
+    assert (await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(allowed))).status_code == 200
+    assert [card["id"] for card in (await gateway.get("/v1/models", headers=bearer(allowed))).json()["data"]] \
+        == [model]
+
+
+async def test_the_ledger_gets_what_clients_received_from_every_route(gateway):
+    key = await new_key(gateway)
+    model = await model_of(gateway)
+    unary = (await gateway.post("/v1/chat/completions", json=chat(model, max_tokens=7), headers=bearer(key))).json()
+    streamed = await gateway.post("/v1/chat/completions", headers=bearer(key), json=chat(
+        model, max_tokens=5, stream=True, stream_options={"include_usage": True}))
+    stream_usage = orjson.loads(events(streamed.content)[-2].removeprefix(b"data: "))["usage"]
+    completion = (await gateway.post("/v1/completions", json={"model": model, "prompt": "x", "max_tokens": 3},
+                                     headers=bearer(key))).json()
+    rows = {row["route"]: row for row in await flushed_usage(gateway, key)}
+    chat_row = rows["/v1/chat/completions"]
+    assert chat_row["requests"] == 2
+    assert chat_row["completion_tokens"] == unary["usage"]["completion_tokens"] + stream_usage["completion_tokens"]
+    assert chat_row["prompt_tokens"] == unary["usage"]["prompt_tokens"] + stream_usage["prompt_tokens"]
+    assert rows["/v1/completions"]["completion_tokens"] == completion["usage"]["completion_tokens"]
+    by_model = await flushed_usage(gateway, key, group_by="model")
+    assert [row["model"] for row in by_model] == [model]
+
+
+async def test_the_code_api_is_limited_and_recorded_too(gateway):
+    key = await new_key(gateway, limits={"rpm": 1})
+    first = await gateway.post("/generate", json={"prompt": "def f():", "max_tokens": 4}, headers=bearer(key))
+    assert first.status_code == 200, first.text
+    refused = await gateway.post("/generate", json={"prompt": "def f():", "max_tokens": 4}, headers=bearer(key))
+    assert refused.status_code == 429 and "retry-after" in refused.headers
+    rows = {row["route"]: row for row in await flushed_usage(gateway, key)}
+    assert rows["/generate"]["requests"] == 1 and rows["/generate"]["completion_tokens"] == first.json()["num_tokens"]

@@ -1,0 +1,102 @@
+"""The usage ledger: sums in memory, written in batches, bounded while the database is down; its reports and costs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+from gateway.database.engine import create_engine
+from gateway.tenancy.usage.ledger import UsageLedger
+from gateway.tenancy.usage.prices import parse_prices
+from gateway.tenancy.usage.report import usage_report
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2030, 5, 31, 22, 30, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+PRICES = parse_prices('{"m1": {"input": 2.0, "cached_input": 0.5, "output": 8.0}}')
+
+
+@pytest.fixture
+async def engine(migrated):
+    engine = create_engine(migrated)
+    yield engine
+    await engine.dispose()
+
+
+def record(ledger: UsageLedger, **values) -> None:
+    ledger.record(**{"key_id": "key_a", "model": "m1", "route": "/v1/chat/completions", "prompt_tokens": 100,
+                     "completion_tokens": 10, **values})
+
+
+async def test_records_are_summed_per_hour_and_written_in_one_batch(engine):
+    clock = Clock()
+    ledger = UsageLedger(engine, prices=PRICES, clock=clock)
+    record(ledger, cached_tokens=40, reasoning_tokens=3)
+    record(ledger, cached_tokens=0)
+    clock.now += dt.timedelta(hours=2)  # 00:30 the next day (UTC)
+    record(ledger, team_id="team_t", end_user="alice")
+    assert ledger.pending_rows == 2
+    assert await ledger.flush() and ledger.pending_rows == 0
+    start, end = clock.now - dt.timedelta(days=1), clock.now
+    (by_key,) = await usage_report(engine, start=start, end=end, group_by="key")
+    assert by_key | {"cost": round(by_key["cost"], 9)} == {
+        "key_id": "key_a", "requests": 3, "prompt_tokens": 300, "completion_tokens": 30, "cached_tokens": 40,
+        "reasoning_tokens": 3, "total_tokens": 330,
+        # 260 uncached at 2.0, 40 cached at 0.5, 30 out at 8.0, per 1M
+        "cost": round((260 * 2.0 + 40 * 0.5 + 30 * 8.0) / 1e6, 9)}
+    days = await usage_report(engine, start=start, end=end, group_by="day")
+    assert [(day["day"], day["requests"]) for day in days] == [("2030-05-31", 2), ("2030-06-01", 1)]
+    users = await usage_report(engine, start=start, end=end, group_by="user")
+    assert {user["end_user"]: user["requests"] for user in users} == {None: 2, "alice": 1}
+    teams = await usage_report(engine, start=start, end=end, group_by="team", team_id="team_t")
+    assert [(team["team_id"], team["requests"]) for team in teams] == [("team_t", 1)]
+
+
+async def test_two_replicas_writing_the_same_row_add_up(engine):
+    clock = Clock()
+    first, second = UsageLedger(engine, clock=clock), UsageLedger(engine, clock=clock)
+    record(first)
+    record(second, completion_tokens=5)
+    await first.flush()
+    await second.flush()
+    (row,) = await usage_report(engine, start=clock.now, end=clock.now, group_by="model")
+    assert (row["model"], row["requests"], row["completion_tokens"]) == ("m1", 2, 15)
+
+
+async def test_a_dead_database_keeps_the_rows_bounded_and_writes_them_when_it_is_back(tmp_path):
+    clock = Clock()
+    dead = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing/dir/none.db")  # cannot be opened
+    ledger = UsageLedger(dead, clock=clock, max_rows=3)
+    for user in ("u1", "u2", "u3", "u4"):
+        record(ledger, end_user=user)
+    record(ledger, end_user="u1")  # an existing row still adds up
+    assert ledger.dropped == 1 and ledger.pending_rows == 3
+    assert not await ledger.flush()
+    assert ledger.pending_rows == 3 and ledger.failed_flushes == 1
+    await dead.dispose()
+    (tmp_path / "missing" / "dir").mkdir(parents=True)
+    from gateway.database.migrations import runner
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/missing/dir/none.db"
+    await asyncio.to_thread(runner.upgrade, url)
+    ledger.engine = create_engine(url)
+    assert await ledger.flush()
+    users = await usage_report(ledger.engine, start=clock.now, end=clock.now, group_by="user")
+    assert {user["end_user"]: user["requests"] for user in users} == {"u1": 2, "u2": 1, "u3": 1}
+    await ledger.engine.dispose()
+
+
+def test_a_model_without_a_price_costs_nothing_and_a_bad_table_names_its_fault():
+    from gateway.tenancy.usage.prices import cost
+
+    assert cost(PRICES, "other", prompt_tokens=10, cached_tokens=0, completion_tokens=10) == 0.0
+    with pytest.raises(ValueError, match="output"):
+        parse_prices('{"m1": {"output": -1}}')

@@ -1,0 +1,152 @@
+"""The GenAI semantic conventions the gateway's spans follow, pinned, and what they read from bodies.
+
+The conventions are at Development status and change between releases, so the names live
+here, in one place, pinned: by default the spans carry the names of semantic conventions
+v1.36.0 (``gen_ai.system``), as the conventions ask of instrumentations while they are
+experimental; with ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` they carry
+the latest names this module knows, those of v1.44.0 (``gen_ai.provider.name``,
+``gen_ai.usage.cache_read.input_tokens``) and no old ones.
+
+Only counts, names and parameters are read from a body: never a prompt, a message, a
+completion or a tool's arguments (``gen_ai.input.messages`` and the like are opt-in in the
+conventions; the gateway does not emit them at all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+LEGACY_SCHEMA = "https://opentelemetry.io/schemas/1.36.0"
+LATEST_SCHEMA = "https://opentelemetry.io/schemas/1.44.0"
+OPT_IN = "gen_ai_latest_experimental"
+PROVIDER = "vllm"  # vLLM is not in the conventions' list of well-known providers: its own name
+
+# The engine path a request is relayed to -> gen_ai.operation.name.
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "chat",
+    "/v1/responses": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+}
+
+# Request parameters -> attributes (numbers only; a stop sequence could be personal text).
+REQUEST_PARAMETERS = (
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("max_completion_tokens", "gen_ai.request.max_tokens"),
+    ("max_output_tokens", "gen_ai.request.max_tokens"),
+    ("temperature", "gen_ai.request.temperature"),
+    ("top_p", "gen_ai.request.top_p"),
+    ("top_k", "gen_ai.request.top_k"),
+    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
+    ("presence_penalty", "gen_ai.request.presence_penalty"),
+    ("seed", "gen_ai.request.seed"),
+    ("n", "gen_ai.request.choice.count"),
+)
+
+
+class Conventions:
+    """Which version's names to write (``OTEL_SEMCONV_STABILITY_OPT_IN``)."""
+
+    def __init__(self, opt_in: list[str] | tuple[str, ...] = ()) -> None:
+        self.latest = OPT_IN in opt_in
+        self.schema_url = LATEST_SCHEMA if self.latest else LEGACY_SCHEMA
+        self.provider_key = "gen_ai.provider.name" if self.latest else "gen_ai.system"
+
+    def base(self, operation: str, model: str | None) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"gen_ai.operation.name": operation, self.provider_key: PROVIDER}
+        if model:
+            attributes["gen_ai.request.model"] = model
+        return attributes
+
+    def usage(self, usage: dict | None) -> dict[str, Any]:
+        """OpenAI's or Anthropic's usage object -> gen_ai.usage.* (counts only)."""
+        if not isinstance(usage, dict):
+            return {}
+        attributes: dict[str, Any] = {}
+        input_tokens = _count(usage, "prompt_tokens", "input_tokens")
+        output_tokens = _count(usage, "completion_tokens", "output_tokens")
+        if input_tokens is not None:
+            attributes["gen_ai.usage.input_tokens"] = input_tokens
+        if output_tokens is not None:
+            attributes["gen_ai.usage.output_tokens"] = output_tokens
+        cached = _cached(usage)
+        if cached is not None:
+            key = "gen_ai.usage.cache_read.input_tokens" if self.latest else "gen_ai.usage.input_tokens.cached"
+            attributes[key] = cached
+        return attributes
+
+
+def operation_of(path: str) -> str | None:
+    """The GenAI operation an engine path performs (None: not a GenAI call, e.g. /tokenize)."""
+    return OPERATIONS.get(path)
+
+
+def request_attributes(body: bytes | None) -> dict[str, Any]:
+    """The request's parameters as attributes: numbers and flags, never text."""
+    if not body or body[:1] != b"{":
+        return {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    attributes: dict[str, Any] = {}
+    for field, key in REQUEST_PARAMETERS:
+        value = data.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in attributes:
+            attributes[key] = value
+    if isinstance(data.get("stream"), bool):
+        attributes["gen_ai.request.stream"] = data["stream"]  # (not in the conventions: the gateway's own)
+    return attributes
+
+
+def response_attributes(conventions: Conventions, answer: bytes) -> dict[str, Any]:
+    """A non-streamed answer's model, id, finish reasons and usage (counts and names only)."""
+    try:
+        data = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    attributes = conventions.usage(data.get("usage"))
+    if isinstance(data.get("model"), str):
+        attributes["gen_ai.response.model"] = data["model"]
+    if isinstance(data.get("id"), str):
+        attributes["gen_ai.response.id"] = data["id"]
+    reasons = finish_reasons(data)
+    if reasons:
+        attributes["gen_ai.response.finish_reasons"] = reasons
+    return attributes
+
+
+def finish_reasons(data: dict) -> list[str]:
+    reasons = []
+    choices = data.get("choices")
+    if isinstance(choices, list):
+        reasons = [choice["finish_reason"] for choice in choices
+                   if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str)]
+    elif isinstance(data.get("stop_reason"), str):  # Anthropic
+        reasons = [data["stop_reason"]]
+    elif isinstance(data.get("status"), str) and data.get("object") == "response":  # Responses
+        reasons = [data["status"]]
+    return reasons
+
+
+def _count(usage: dict, *names: str) -> int | None:
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _cached(usage: dict) -> int | None:
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return details["cached_tokens"]
+    value = usage.get("cache_read_input_tokens")  # Anthropic
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

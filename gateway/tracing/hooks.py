@@ -1,0 +1,124 @@
+"""The calls the request path makes into tracing: one per place, each a ``None`` check when off.
+
+The middleware, the engine client, the stream runner, the non-streamed relay and the log
+formatter each call one function here with the request's context; each finds the request's
+:class:`RequestTrace` (``request.get``) and returns at once when there is none (tracing
+off, a probe, work with no request). The logic stays in this package; the shared files
+change by a line each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import orjson
+
+from gateway.tracing.conventions import operation_of
+from gateway.tracing.metrics import GenAIMetrics
+from gateway.tracing.request import RequestTrace
+
+
+def trace_of(request) -> RequestTrace | None:
+    return request.get(RequestTrace) if request is not None else None
+
+
+def trace_id(request) -> str | None:
+    """The request's trace id (for its log lines), if it is traced."""
+    trace = request.get(RequestTrace)
+    return trace.trace_id if trace is not None else None
+
+
+def request_ended(trace: RequestTrace | None, request, status: int) -> None:
+    """The middleware's end of a request: who asked, the status, the server span ended."""
+    if trace is None:
+        return
+    principal = request.principal
+    if principal is not None:
+        trace.caller(principal.key_id, getattr(principal, "team_id", None))
+    trace.end(status)
+
+
+def engine_headers(request, engine, method: str, path: str, headers: dict[str, str],
+                   router=None) -> dict[str, str]:
+    """A call to ``engine`` starts (``router``: it chose; None: pinned): its span; headers with ``traceparent``."""
+    trace = request.get(RequestTrace) if request is not None else None
+    if trace is None:
+        return headers
+    return trace.engine_call(engine, method, path, headers, router)
+
+
+def engine_failed(request, error) -> None:
+    """The engine call in progress failed (an ``EngineError``: its ``kind`` and message)."""
+    trace = request.get(RequestTrace) if request is not None else None
+    if trace is not None:
+        trace.engine_failed(getattr(error, "kind", "error"), str(getattr(error, "message", error)))
+
+
+def on_first_bytes(request, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """``then`` (the first-token timer), and the trace's first-token mark when traced."""
+    trace = request.get(RequestTrace) if request is not None else None
+    if trace is None:
+        return then
+    if then is None:
+        return trace.first_bytes
+
+    def both() -> None:
+        then()
+        trace.first_bytes()
+
+    return both
+
+
+def stream_started(request, call) -> None:
+    """A run starts (``call``: its ``StreamCall``)."""
+    trace = request.get(RequestTrace)
+    if trace is not None:
+        model = call.model if isinstance(call.model, str) else None
+        trace.generation(call.path, model, call.body, session_id=call.session_id, streamed=True)
+
+
+def stream_ended(request, result, call, metrics: GenAIMetrics) -> None:
+    """A run ended (``result``: its ``StreamResult``): the GenAI metrics, and the trace if any."""
+    metrics.observe(call.path, call.model, result.counted_usage(), time.perf_counter() - request.started,
+                    "stream_interrupted" if result.how == "error" else None)
+    trace = request.get(RequestTrace)
+    if trace is not None:
+        trace.stream_ended(result.how, result.usage, result.finish_reason, result.error)
+
+
+def continuing(request, engine, cause: str) -> None:
+    """A run's engine broke and it goes on on another (``engine``: the one that broke)."""
+    trace = request.get(RequestTrace)
+    if trace is not None:
+        trace.continuing(engine.id if engine is not None else None, cause)
+
+
+def unary_started(request, path: str, body: bytes | None) -> None:
+    """A non-streamed relay starts: a GenAI call if its path is one."""
+    trace = request.get(RequestTrace)
+    if trace is not None and trace.recording:
+        trace.generation(path, _model_of(body), body)
+
+
+def unary_answered(request, status: int, answer: bytes, path: str, route, metrics: GenAIMetrics,
+                   usage: dict | None) -> None:
+    """A non-streamed call's answer (``usage``: its usage object, decoded by the relay): the GenAI
+    metrics, and the trace if any."""
+    if operation_of(path) is not None:
+        metrics.observe(path, route.model if route is not None else None, usage,
+                        time.perf_counter() - request.started, f"http_{status}" if status >= 400 else None)
+    trace = request.get(RequestTrace)
+    if trace is not None:
+        trace.answered(status, answer)
+
+
+def _model_of(body: bytes | None) -> str | None:
+    if not body or body[:1] != b"{":
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,138 @@
+"""Tracing set up from the settings: the SDK's provider, a bounded batch exporter, the sampler.
+
+Off (``Tracing.from_settings`` returns None) unless an OTLP endpoint is set: then nothing of
+OpenTelemetry runs per request (the request path asks ``request.get(RequestTrace)``, a
+``None`` check). On, spans are handed to a ``BatchSpanProcessor`` whose queue is bounded
+(``OTEL_BSP_MAX_QUEUE_SIZE``; beyond it spans are dropped, never waited for) and whose export
+runs in the SDK's own thread with a timeout per attempt (``OTEL_EXPORTER_OTLP_TIMEOUT``): a
+slow or dead collector costs the request path nothing but that append. Stopping waits for the
+last export at most ``SHUTDOWN_SECONDS``.
+
+The provider is the gateway's own, never installed as the global one: two apps in one process
+(tests) trace apart, and a library's instrumentation does not start sending spans unasked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.config import Settings
+from gateway.tracing.conventions import Conventions
+from gateway.tracing.request import RequestTrace
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway without it never loads it)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+log = logging.getLogger("gateway.tracing")
+
+SHUTDOWN_SECONDS = 3.0
+MAX_EXPORT_BATCH = 512
+# Requests not worth a trace: probes and scrapes, every few seconds from every prober.
+UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
+_propagator = TraceContextTextMapPropagator()
+
+
+class Tracing:
+    """The gateway's tracer; ``begin`` makes a request's :class:`RequestTrace`."""
+
+    def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions) -> None:
+        self.provider = provider
+        self.processor = processor
+        self.conventions = conventions
+        self.tracer = provider.get_tracer("stack-gateway", schema_url=conventions.schema_url)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
+        """Tracing as the settings ask (None: off). ``exporter``: tests' own, instead of OTLP."""
+        if exporter is None:
+            if settings.otel_sdk_disabled:
+                return None
+            exporter = otlp_exporter(settings)
+            if exporter is None:
+                return None
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        resource = Resource.create({"service.name": settings.otel_service_name})
+        sampler = ParentBased(TraceIdRatioBased(settings.otel_traces_sampler_arg))
+        provider = TracerProvider(resource=resource, sampler=sampler)
+        processor = BatchSpanProcessor(exporter, max_queue_size=settings.otel_bsp_max_queue_size,
+                                       schedule_delay_millis=settings.otel_bsp_schedule_delay,
+                                       max_export_batch_size=min(MAX_EXPORT_BATCH, settings.otel_bsp_max_queue_size),
+                                       export_timeout_millis=settings.otel_exporter_otlp_timeout)
+        provider.add_span_processor(processor)
+        return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in))
+
+    def begin(self, request, scope) -> RequestTrace | None:
+        """The server span of ``request`` (a ``RequestContext``), joined to the caller's ``traceparent``."""
+        path = scope["path"]
+        if path in UNTRACED_PATHS:
+            return None
+        carrier = None
+        for name, value in scope["headers"]:
+            if name == b"traceparent" or name == b"tracestate":
+                if carrier is None:
+                    carrier = {}
+                carrier[name.decode()] = value.decode("latin-1")
+        parent = _propagator.extract(carrier) if carrier is not None else None
+        method = scope["method"]
+        span = self.tracer.start_span(f"{method} {path}", context=parent, kind=SpanKind.SERVER, attributes={
+            "http.request.method": method, "url.path": path, "gateway.request_id": request.request_id})
+        trace = RequestTrace(self, span, set_span_in_context(span))
+        request.put(trace)
+        request.add_response_header("x-trace-id", trace.trace_id)
+        return trace
+
+    def force_flush(self) -> None:
+        self.processor.force_flush()
+
+    def shutdown(self) -> None:
+        """Export what is left, waiting at most ``SHUTDOWN_SECONDS`` (a dead collector does not hold a stop)."""
+        started = time.monotonic()
+        stopper = threading.Thread(target=self.provider.shutdown, name="tracing-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(SHUTDOWN_SECONDS)
+        if stopper.is_alive():
+            log.warning("the trace collector did not take the last spans in %.0f s: dropped",
+                        time.monotonic() - started)
+
+
+def otlp_exporter(settings: Settings) -> SpanExporter | None:
+    """The OTLP exporter the settings name (HTTP/protobuf or gRPC), or None when no endpoint is set."""
+    endpoint = settings.otel_exporter_otlp_traces_endpoint
+    base = settings.otel_exporter_otlp_endpoint
+    if not endpoint and not base:
+        return None
+    headers = parse_headers(settings.otel_exporter_otlp_headers.get_secret_value()
+                            if settings.otel_exporter_otlp_headers is not None else "")
+    timeout = settings.otel_exporter_otlp_timeout / 1000
+    if settings.otel_exporter_otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        target = endpoint or base
+        return GrpcExporter(endpoint=target, headers=headers, timeout=timeout,
+                            insecure=target.startswith("http://"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    if not endpoint:  # the signal's path is added to the base endpoint (the specification's rule)
+        endpoint = base.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint, headers=headers, timeout=timeout)
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """``OTEL_EXPORTER_OTLP_HEADERS``: ``name=value`` pairs separated by commas (values URL-encoded)."""
+    from urllib.parse import unquote
+
+    headers = {}
+    for pair in text.split(","):
+        name, sep, value = pair.partition("=")
+        if sep and name.strip():
+            headers[name.strip().lower()] = unquote(value.strip())
+    return headers

@@ -1,0 +1,24 @@
+"""The GenAI client metrics on /metrics (tracing on or off): tokens by type and the operation's duration."""
+
+from __future__ import annotations
+
+from tests.support.engine import parse_prometheus
+
+
+def chat(stream: bool) -> dict:
+    return {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": stream}
+
+
+async def test_token_usage_and_duration_per_operation_and_model(client):
+    for stream in (False, True):
+        response = await client.post("/v1/chat/completions", json=chat(stream))
+        assert response.status_code == 200
+    await client.post("/v1/completions", json={"model": "fake-model", "prompt": "hi", "max_tokens": 3})
+    text = (await client.get("/metrics")).text
+    samples = parse_prometheus(text)
+    labels = 'gen_ai_operation_name="chat",gen_ai_provider_name="vllm",gen_ai_request_model="fake-model"'
+    assert f'gen_ai_client_token_usage_sum{{{labels},gen_ai_token_type="input"}} 10.0' in text  # 5 per call
+    assert f'gen_ai_client_token_usage_sum{{{labels},gen_ai_token_type="output"}} 8.0' in text
+    assert f'gen_ai_client_operation_duration_seconds_count{{error_type="",{labels}}} 2.0' in text
+    assert 'gen_ai_operation_name="text_completion"' in text
+    assert samples["gen_ai_client_operation_duration_seconds_count"] == 3

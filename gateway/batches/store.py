@@ -1,0 +1,284 @@
+"""The SQL of batches and their lines: records, leases, line claims and fenced results.
+
+A replica runs a batch while it holds its lease (``lease_owner``, ``lease_until``). Taking a
+batch over raises its ``lease_epoch`` and puts back to ``pending`` every line left
+``running``: those runs were cut with their replica. A line is claimed under the epoch of
+the lease, and its result is written only while the line is still ``running`` under that
+epoch, in the same transaction as the batch's counters: a line is done once, and a result
+from a replica that lost the batch is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.batches.model import (
+    ACTIVE,
+    DONE,
+    ENDED,
+    FINALIZING,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BatchRecord,
+    LineRun,
+)
+from gateway.database.tables.jobs import batch_lines, batches
+from gateway.http.errors import GatewayError
+from gateway.jobs import ids
+from gateway.jobs.paging import Page
+from gateway.jobs.store import JobsDatabase
+from gateway.webhooks.events import publish
+
+INSERT_ROWS = 500
+READ_ROWS = 500
+
+
+def _record(row) -> BatchRecord:
+    values = dict(row._mapping)
+    for name in ("lease_owner", "lease_until", "deleted_at"):
+        values.pop(name, None)
+    values["metadata"] = orjson.loads(values["metadata"]) if values["metadata"] else None
+    values["errors"] = orjson.loads(values["errors"]) if values["errors"] else None
+    return BatchRecord(**values)
+
+
+class NotFound(GatewayError):
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(404, f"No such batch: {batch_id}", param="batch_id", code="batch_not_found")
+
+
+class BatchStore:
+    def __init__(self, db: JobsDatabase) -> None:
+        self.db = db
+
+    # --- the API's side --------------------------------------------------------------------
+    async def create(self, values: dict, lines: list[dict] | None = None) -> BatchRecord:
+        values = {**values, "metadata": orjson.dumps(values["metadata"]).decode() if values.get("metadata") else None}
+        async with self.db.begin() as connection:
+            await connection.execute(sa.insert(batches).values(**values))
+            for start in range(0, len(lines or ()), INSERT_ROWS):
+                await connection.execute(sa.insert(batch_lines), lines[start:start + INSERT_ROWS])
+        return await self.load(values["id"])
+
+    async def load(self, batch_id: str) -> BatchRecord:
+        async with self.db.begin() as connection:
+            row = (await connection.execute(sa.select(batches).where(batches.c.id == batch_id))).first()
+        if row is None:
+            raise NotFound(batch_id)
+        return _record(row)
+
+    async def get(self, owner: str, api: str, batch_id: str) -> BatchRecord:
+        if ids.is_valid(batch_id):
+            async with self.db.begin() as connection:
+                row = (await connection.execute(sa.select(batches).where(
+                    batches.c.id == batch_id, batches.c.owner == owner, batches.c.api == api,
+                    batches.c.deleted_at.is_(None)))).first()
+            if row is not None:
+                return _record(row)
+        raise NotFound(batch_id)
+
+    async def list(self, owner: str, api: str, page: Page, *, before: str | None = None) -> tuple[list, bool]:
+        query = sa.select(batches).where(batches.c.owner == owner, batches.c.api == api,
+                                         batches.c.deleted_at.is_(None))
+        key = sa.tuple_(batches.c.created_at, batches.c.id)
+        descending = page.descending
+        async with self.db.begin() as connection:
+            for cursor, newer in ((page.after, False), (before, True)):
+                if cursor is None:
+                    continue
+                anchor = (await connection.execute(sa.select(batches.c.created_at).where(
+                    batches.c.id == cursor, batches.c.owner == owner))).first()
+                if anchor is None:
+                    raise NotFound(cursor)
+                point = sa.tuple_(anchor.created_at, cursor)
+                query = query.where(key > point if newer == descending else key < point)
+            if before is not None and page.after is None:
+                descending = not descending  # the page just before the cursor, read from it outwards
+            order = (batches.c.created_at.desc(), batches.c.id.desc()) if descending \
+                else (batches.c.created_at.asc(), batches.c.id.asc())
+            rows = (await connection.execute(query.order_by(*order).limit(page.limit + 1))).all()
+        records = [_record(row) for row in rows[:page.limit]]
+        if descending != page.descending:
+            records.reverse()
+        return records, len(rows) > page.limit
+
+    async def cancel(self, owner: str, api: str, batch_id: str) -> BatchRecord:
+        record = await self.get(owner, api, batch_id)
+        now = time.time()
+        async with self.db.begin() as connection:
+            await connection.execute(sa.update(batches).where(
+                batches.c.id == record.id, batches.c.status.in_(("validating", "in_progress"))).values(
+                status="cancelling", cancelling_at=now))
+        return await self.load(record.id)
+
+    async def delete(self, owner: str, api: str, batch_id: str) -> None:
+        record = await self.get(owner, api, batch_id)
+        if record.status not in ENDED:
+            raise GatewayError(400, f"Batch {batch_id} is still processing: cancel it and wait for it to end "
+                               "before deleting it", param="batch_id")
+        async with self.db.begin() as connection:
+            await connection.execute(sa.update(batches).where(batches.c.id == record.id).values(
+                deleted_at=time.time()))
+            await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id == record.id))
+
+    async def line_counts(self, batch_id: str) -> dict[str, int]:
+        """Lines by outcome (``pending`` and ``running`` for those not done)."""
+        async with self.db.begin() as connection:
+            rows = (await connection.execute(
+                sa.select(batch_lines.c.state, batch_lines.c.outcome, sa.func.count())
+                .where(batch_lines.c.batch_id == batch_id)
+                .group_by(batch_lines.c.state, batch_lines.c.outcome))).all()
+        counts: dict[str, int] = {}
+        for state, outcome, count in rows:
+            name = outcome if state == DONE else state
+            counts[name] = counts.get(name, 0) + count
+        return counts
+
+    async def lines(self, batch_id: str) -> AsyncIterator[list]:
+        """Every line in order, ``READ_ROWS`` at a time (bounded memory for any batch)."""
+        after = 0
+        while True:
+            async with self.db.begin() as connection:
+                rows = (await connection.execute(sa.select(batch_lines).where(
+                    batch_lines.c.batch_id == batch_id, batch_lines.c.line > after)
+                    .order_by(batch_lines.c.line).limit(READ_ROWS))).all()
+            if not rows:
+                return
+            yield rows
+            after = rows[-1].line
+
+    # --- leases ------------------------------------------------------------------------------
+    async def unleased(self, now: float, limit: int) -> list[str]:
+        async with self.db.begin() as connection:
+            return list((await connection.execute(sa.select(batches.c.id).where(
+                batches.c.status.in_(ACTIVE), batches.c.deleted_at.is_(None),
+                sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_until < now))
+                .order_by(batches.c.created_at).limit(limit))).scalars().all())
+
+    async def acquire(self, batch_id: str, replica: str, lease_seconds: float) -> int | None:
+        """Take the batch's lease if free or run out: its new epoch, or None if another replica holds it."""
+        now = time.time()
+        async with self.db.begin() as connection:
+            taken = (await connection.execute(sa.update(batches).where(
+                batches.c.id == batch_id, batches.c.status.in_(ACTIVE),
+                sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_until < now)).values(
+                lease_owner=replica, lease_until=now + lease_seconds,
+                lease_epoch=batches.c.lease_epoch + 1))).rowcount
+            if not taken:
+                return None
+            epoch = (await connection.execute(sa.select(batches.c.lease_epoch).where(
+                batches.c.id == batch_id))).scalar()
+            await connection.execute(sa.update(batch_lines).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.state == RUNNING).values(state=PENDING, epoch=None))
+        return epoch
+
+    async def renew(self, batch_id: str, replica: str, epoch: int, lease_seconds: float) -> bool:
+        async with self.db.begin() as connection:
+            return bool((await connection.execute(sa.update(batches).where(
+                batches.c.id == batch_id, batches.c.lease_owner == replica, batches.c.lease_epoch == epoch).values(
+                lease_until=time.time() + lease_seconds))).rowcount)
+
+    async def release(self, batch_id: str, replica: str, epoch: int) -> None:
+        """Give the lease up (a stopping replica): lines it was running go back to pending."""
+        async with self.db.begin() as connection:
+            released = (await connection.execute(sa.update(batches).where(
+                batches.c.id == batch_id, batches.c.lease_owner == replica, batches.c.lease_epoch == epoch).values(
+                lease_owner=None, lease_until=None))).rowcount
+            if released:
+                await connection.execute(sa.update(batch_lines).where(
+                    batch_lines.c.batch_id == batch_id, batch_lines.c.state == RUNNING,
+                    batch_lines.c.epoch == epoch).values(state=PENDING, epoch=None))
+
+    @staticmethod
+    def _held(batch_id: str, epoch: int):
+        return sa.and_(batches.c.id == batch_id, batches.c.lease_epoch == epoch)
+
+    # --- the lifecycle -----------------------------------------------------------------------
+    async def set_lines(self, batch_id: str, epoch: int, lines: list[dict], *, first: bool) -> None:
+        async with self.db.begin() as connection:
+            if first:
+                await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id == batch_id))
+            if lines:
+                await connection.execute(sa.insert(batch_lines), lines)
+
+    async def transition(self, batch_id: str, epoch: int, *, only_from: tuple[str, ...], **values) -> bool:
+        """Update the batch if this replica still holds it under ``epoch`` and its status is one of ``only_from``."""
+        if "errors" in values and values["errors"] is not None:
+            values["errors"] = orjson.dumps(values["errors"]).decode()
+        async with self.db.begin() as connection:
+            return bool((await connection.execute(sa.update(batches).where(
+                self._held(batch_id, epoch), batches.c.status.in_(only_from)).values(**values))).rowcount)
+
+    async def claim(self, batch_id: str, epoch: int, endpoint: str, count: int) -> list[LineRun]:
+        async with self.db.begin() as connection:
+            numbers = (await connection.execute(sa.select(batch_lines.c.line).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING)
+                .order_by(batch_lines.c.line).limit(count))).scalars().all()
+            if not numbers:
+                return []
+            held = sa.select(batches.c.id).where(self._held(batch_id, epoch), batches.c.status == "in_progress")
+            await connection.execute(sa.update(batch_lines).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == PENDING,
+                sa.exists(held)).values(state=RUNNING, epoch=epoch, attempts=batch_lines.c.attempts + 1))
+            rows = (await connection.execute(sa.select(batch_lines).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == RUNNING,
+                batch_lines.c.epoch == epoch))).all()
+        return [LineRun(batch_id=batch_id, line=row.line, custom_id=row.custom_id, endpoint=endpoint,
+                        body=row.body.encode(), epoch=epoch, attempts=row.attempts) for row in rows]
+
+    async def finish(self, run: LineRun, *, outcome: str, status_code: int | None, response: str | None,
+                     error: str | None, usage: tuple[int, int] = (0, 0)) -> bool:
+        """Record a line's result, once: False when the line is no longer this run's (taken over, done)."""
+        async with self.db.begin() as connection:
+            done = (await connection.execute(sa.update(batch_lines).where(
+                batch_lines.c.batch_id == run.batch_id, batch_lines.c.line == run.line,
+                batch_lines.c.state == RUNNING, batch_lines.c.epoch == run.epoch).values(
+                state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
+                finished_at=time.time()))).rowcount
+            if done:
+                counter = batches.c.completed if outcome == SUCCEEDED else batches.c.failed
+                await connection.execute(sa.update(batches).where(batches.c.id == run.batch_id).values(
+                    {counter: counter + 1, batches.c.input_tokens: batches.c.input_tokens + usage[0],
+                     batches.c.output_tokens: batches.c.output_tokens + usage[1]}))
+        return bool(done)
+
+    async def settle_pending(self, batch_id: str, epoch: int, outcome: str) -> int:
+        """Every line not started yet ends as ``outcome`` (cancelled, expired): how many."""
+        async with self.db.begin() as connection:
+            if not (await connection.execute(sa.select(batches.c.id).where(self._held(batch_id, epoch)))).first():
+                return 0
+            settled = (await connection.execute(sa.update(batch_lines).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING).values(
+                state=DONE, outcome=outcome, finished_at=time.time()))).rowcount
+            if settled:
+                await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
+                    failed=batches.c.failed + settled))
+        return settled
+
+    async def unfinished(self, batch_id: str) -> int:
+        async with self.db.begin() as connection:
+            return int((await connection.execute(sa.select(sa.func.count()).where(
+                batch_lines.c.batch_id == batch_id, batch_lines.c.state != DONE))).scalar() or 0)
+
+    async def end(self, record: BatchRecord, epoch: int, *, status: str, output_file_id: str | None,
+                  error_file_id: str | None, event: bool = True) -> bool:
+        """The batch's final status, its files, its lease given up and its webhook event: one transaction."""
+        now = time.time()
+        async with self.db.begin() as connection:
+            ended = (await connection.execute(sa.update(batches).where(
+                self._held(record.id, epoch), batches.c.status.in_((FINALIZING, "validating"))).values(
+                {"status": status, f"{status}_at": now, "output_file_id": output_file_id,
+                 "error_file_id": error_file_id, "lease_owner": None, "lease_until": None}))).rowcount
+            if ended and event:
+                await _publish(connection, record, status)
+        return bool(ended)
+
+
+async def _publish(connection: AsyncConnection, record: BatchRecord, status: str) -> None:
+    await publish(connection, owner=record.owner, event_type=f"batch.{status}", object_id=record.id)

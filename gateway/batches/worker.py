@@ -1,0 +1,307 @@
+"""The batch lifecycle, driven by every replica: take leases, validate, run lines, cancel, expire, finalize.
+
+Each round (every ``BATCH_POLL_SECONDS``, or at once when a line ends or a batch is created or
+cancelled here) a worker renews the leases it holds, takes batches whose lease is free or ran
+out (a replica died: its batches are taken over), and moves each of its batches one step:
+
+- ``validating``: the input file is read and checked (``validation``), its lines stored;
+  then ``in_progress``, or ``failed`` with every problem's line number;
+- ``in_progress``: pending lines are claimed and run, at most ``BATCH_CONCURRENCY`` at once on
+  this replica; past the completion window the lines not started expire;
+- ``cancelling``: lines not started are cancelled, running ones finish;
+- then ``finalizing``: the output and error files are written and the batch ends
+  (``completed``, ``cancelled``, ``expired``) with its webhook event in the same transaction.
+
+A stopping replica gives its leases back and the lines it was running go back to pending, so
+a restarted gateway (or another replica) picks them up at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+
+import orjson
+
+from gateway.batches import results
+from gateway.batches.executor import LineExecutor, error_body
+from gateway.batches.model import (
+    CANCELLING,
+    ERRORED,
+    EXPIRED,
+    FAILED,
+    FINALIZING,
+    IN_PROGRESS,
+    LINE_CANCELLED,
+    LINE_EXPIRED,
+    OPENAI,
+    PENDING,
+    SUCCEEDED,
+    VALIDATING,
+    BatchRecord,
+    LineResult,
+    LineRun,
+)
+from gateway.batches.store import BatchStore
+from gateway.batches.usage import usage_of
+from gateway.batches.validation import Checked, EnginesNotReady, check_line, split_lines
+from gateway.config import Settings
+from gateway.engines.state import EngineState
+from gateway.failures import Failure
+from gateway.files.service import Files
+from gateway.http.errors import http_error
+from gateway.jobs.store import StoreUnavailable
+
+log = logging.getLogger("gateway.batches")
+
+MAX_HELD = 16               # batches one replica holds at once (the rest wait for another replica or a slot)
+SWEEP_EVERY_SECONDS = 60.0  # expired files removed this often (or each retention period, if shorter)
+RETRY_BASE_SECONDS = 1.0    # a line whose engine could not be used waits 1, 2, 4... s before its next try
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+class BatchWorker:
+    def __init__(self, store: BatchStore, files: Files, executor: LineExecutor, engine_state: EngineState,
+                 settings: Settings, *, replica: str | None = None) -> None:
+        self.store = store
+        self.files = files
+        self.executor = executor
+        self.engine_state = engine_state
+        self.settings = settings
+        self.replica = replica or secrets.token_hex(8)
+        self.held: dict[str, int] = {}  # batch id -> the epoch of our lease
+        self.tasks: dict[str, set[asyncio.Task]] = {}  # batch id -> its lines running here
+        self.wake = asyncio.Event()
+        # One claim at a time on this replica (the round's and the slots' own, ``_next_line``): two
+        # claims of one batch at once could both read a line as pending. (Replicas never claim
+        # lines of one batch at once: only the lease's holder does.)
+        self._claiming = asyncio.Lock()
+        self._loop: asyncio.Task | None = None
+        self._renewed = 0.0
+        self._swept = 0.0
+
+    @property
+    def running(self) -> int:
+        return sum(len(tasks) for tasks in self.tasks.values())
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="batch-worker")
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        every = [task for tasks in self.tasks.values() for task in tasks]
+        for task in every:
+            task.cancel()
+        await asyncio.gather(*every, return_exceptions=True)
+        for batch_id, epoch in list(self.held.items()):
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.release(batch_id, self.replica, epoch)
+        self.held.clear()
+
+    async def _run(self) -> None:
+        await self.store.db.wait_ready()
+        while True:
+            self.wake.clear()
+            try:
+                await self.round()
+            except StoreUnavailable:
+                pass
+            except Exception:  # one bad round must not stop batches for good
+                log.exception("batch round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.settings.batch_poll_seconds)
+
+    async def round(self) -> None:
+        now = time.time()
+        if now - self._renewed >= self.settings.batch_lease_seconds / 3:
+            self._renewed = now
+            for batch_id, epoch in list(self.held.items()):
+                if not await self.store.renew(batch_id, self.replica, epoch, self.settings.batch_lease_seconds):
+                    self._lose(batch_id)
+        if len(self.held) < MAX_HELD:
+            for batch_id in await self.store.unleased(now, MAX_HELD - len(self.held)):
+                epoch = await self.store.acquire(batch_id, self.replica, self.settings.batch_lease_seconds)
+                if epoch is not None:
+                    self.held[batch_id] = epoch
+        for batch_id, epoch in list(self.held.items()):
+            await self._step(batch_id, epoch)
+        if now - self._swept >= min(SWEEP_EVERY_SECONDS, self.settings.files_retention_seconds):
+            self._swept = now
+            await self.files.sweep()
+
+    def _lose(self, batch_id: str) -> None:
+        """Another replica holds the batch now: stop its lines here (their results would be dropped)."""
+        self.held.pop(batch_id, None)
+        for task in self.tasks.pop(batch_id, set()):
+            task.cancel()
+
+    async def _step(self, batch_id: str, epoch: int) -> None:
+        record = await self.store.load(batch_id)
+        if record.lease_epoch != epoch:
+            self._lose(batch_id)
+            return
+        if record.status == VALIDATING:
+            await self._validate(record, epoch)
+        elif record.status == IN_PROGRESS:
+            await self._progress(record, epoch)
+        elif record.status == CANCELLING:
+            await self.store.settle_pending(batch_id, epoch, LINE_CANCELLED)
+            await self._finalize_when_idle(record, epoch, "cancelled", only_from=(CANCELLING,))
+        elif record.status == FINALIZING:
+            await self._end(record, epoch)
+        else:
+            self.held.pop(batch_id, None)
+
+    # --- validating --------------------------------------------------------------------------
+    async def _validate(self, record: BatchRecord, epoch: int) -> None:
+        if not self.engine_state.served_models:
+            return  # no engine has told its models yet: validate when one has
+        checked = Checked()
+        try:
+            await self._check_file(record, epoch, checked)
+        except EnginesNotReady:
+            return
+        except Failure as failure:
+            if http_error(failure).status != 404:
+                raise
+            checked.error(0, "invalid_input_file", f"the input file {record.input_file_id} does not exist")
+        if checked.error_count == 0 and checked.stored == 0:
+            checked.error(0, "empty_file", "the input file has no requests")
+        if checked.error_count:
+            await self.store.set_lines(record.id, epoch, [], first=True)
+            if await self.store.transition(record.id, epoch, only_from=(VALIDATING,), errors=checked.errors,
+                                           ended_as=FAILED):
+                await self.store.end(record, epoch, status=FAILED, output_file_id=None, error_file_id=None)
+                self.held.pop(record.id, None)
+            return
+        await self.store.transition(record.id, epoch, only_from=(VALIDATING,), status=IN_PROGRESS,
+                                    in_progress_at=time.time(), total=checked.stored, model=checked.model)
+        self.wake.set()
+
+    async def _check_file(self, record: BatchRecord, epoch: int, checked: Checked) -> None:
+        file = await self.files.get(record.owner, record.input_file_id or "")
+        seen: set[str] = set()
+        first = True
+        count = 0
+        async for number, raw in split_lines(self.files.content(file), MAX_LINE_BYTES):
+            check_line(checked, number, raw, endpoint=record.endpoint, seen=seen,
+                       resolve=self.engine_state.resolve_model)
+            count += 1 if raw and raw.strip() else 0
+            if count > self.settings.batch_max_lines:
+                checked.error(number, "batch_too_large",
+                              f"the file has more than {self.settings.batch_max_lines} requests (BATCH_MAX_LINES)")
+                return
+            if len(checked.lines) >= 500 or checked.error_count:
+                await self._store_lines(record, epoch, checked, first)
+                first = False
+        await self._store_lines(record, epoch, checked, first)
+
+    async def _store_lines(self, record: BatchRecord, epoch: int, checked: Checked, first: bool) -> None:
+        rows = [] if checked.error_count else [
+            {"batch_id": record.id, "line": number, "custom_id": custom_id, "body": body.decode(), "state": PENDING,
+             "attempts": 0} for number, custom_id, body in checked.lines]
+        if rows or first:
+            await self.store.set_lines(record.id, epoch, rows, first=first)
+        checked.stored += len(rows)
+        checked.lines.clear()
+
+    # --- running -----------------------------------------------------------------------------
+    async def _progress(self, record: BatchRecord, epoch: int) -> None:
+        if record.ended_as is None and time.time() >= record.expires_at:
+            await self.store.settle_pending(record.id, epoch, LINE_EXPIRED)
+            await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=EXPIRED)
+            record.ended_as = EXPIRED
+        if record.ended_as is None:
+            free = self.settings.batch_concurrency - self.running
+            if free > 0:
+                async with self._claiming:
+                    runs = await self.store.claim(record.id, epoch, record.endpoint, free)
+                for run in runs:
+                    task = asyncio.create_task(self._run_line(run, record), name=f"batch-line-{run.line}")
+                    self.tasks.setdefault(record.id, set()).add(task)
+                    task.add_done_callback(lambda done, batch_id=record.id: self._line_done(batch_id, done))
+        await self._finalize_when_idle(record, epoch, record.ended_as or "completed", only_from=(IN_PROGRESS,))
+
+    async def _finalize_when_idle(self, record: BatchRecord, epoch: int, ended_as: str, *,
+                                  only_from: tuple[str, ...]) -> None:
+        if self.tasks.get(record.id) or await self.store.unfinished(record.id):
+            return
+        if await self.store.transition(record.id, epoch, only_from=only_from, status=FINALIZING,
+                                       finalizing_at=time.time(), ended_as=ended_as):
+            record = await self.store.load(record.id)
+            await self._end(record, epoch)
+
+    def _line_done(self, batch_id: str, task: asyncio.Task) -> None:
+        tasks = self.tasks.get(batch_id)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self.tasks[batch_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a batch line failed: %s", type(task.exception()).__name__)
+        self.wake.set()
+
+    async def _run_line(self, run: LineRun | None, record: BatchRecord) -> None:
+        """Run ``run``, then the batch's next pending lines in the same slot, until none is left to take."""
+        while run is not None:
+            await self._settle_line(run, record)
+            run = await self._next_line(record, run.epoch)
+
+    async def _next_line(self, record: BatchRecord, epoch: int) -> LineRun | None:
+        """The batch's next pending line, taken at once in the slot that just freed (no round in
+        between, so the engines stay as busy as ``BATCH_CONCURRENCY`` allows); None when the batch
+        is no longer ours, has expired, or has nothing pending (the store checks the lease, the
+        epoch and ``in_progress``: a cancelled batch takes no more)."""
+        if self.held.get(record.id) != epoch or time.time() >= record.expires_at \
+                or self.running > self.settings.batch_concurrency:
+            return None
+        try:
+            async with self._claiming:
+                runs = await self.store.claim(record.id, epoch, record.endpoint, 1)
+        except StoreUnavailable:
+            return None
+        return runs[0] if runs else None
+
+    async def _settle_line(self, run: LineRun, record: BatchRecord) -> None:
+        result = await self._answer(run, record.owner)
+        outcome = SUCCEEDED if 200 <= result.status_code < 300 else ERRORED
+        response = orjson.dumps(result.body).decode()
+        used = usage_of(result.body)
+        delay = RETRY_BASE_SECONDS
+        while True:  # the answer is kept until the store takes it (or the batch is lost)
+            try:
+                await self.store.finish(run, outcome=outcome, status_code=result.status_code, response=response,
+                                        error=None, usage=(used.prompt, used.completion))
+                return
+            except StoreUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _answer(self, run: LineRun, owner: str) -> LineResult:
+        attempts = self.settings.batch_line_max_attempts
+        delay = RETRY_BASE_SECONDS
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self.executor.run_line(run, owner)
+            except Failure as failure:  # an engine's (no status of its own), or the gateway's own
+                error = http_error(failure)
+                if error.status < 500 or attempt == attempts:
+                    return LineResult(error.status, error_body(run.endpoint, error))
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # --- ending ------------------------------------------------------------------------------
+    async def _end(self, record: BatchRecord, epoch: int) -> None:
+        output_file_id = error_file_id = None
+        if record.api == OPENAI:
+            output_file_id, error_file_id = await results.write_openai_files(self.store, self.files, record)
+        await self.store.end(record, epoch, status=record.ended_as or "completed", output_file_id=output_file_id,
+                             error_file_id=error_file_id)
+        self.held.pop(record.id, None)

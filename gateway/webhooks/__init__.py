@@ -1,0 +1,1 @@
+"""Signed webhooks (Standard Webhooks) for batches and background responses, delivered from a durable outbox."""

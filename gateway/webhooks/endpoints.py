@@ -1,0 +1,97 @@
+"""Webhook endpoints: which URL gets which events of which key (a team's, once teams exist), with its secret."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import sqlalchemy as sa
+
+from gateway.database.tables.jobs import webhook_endpoints, webhook_outbox
+from gateway.http.errors import GatewayError
+from gateway.jobs import ids
+from gateway.jobs.store import JobsDatabase
+from gateway.webhooks import signing
+from gateway.webhooks.destinations import DestinationRefused, Network, check_destination
+from gateway.webhooks.events import EVENT_TYPES
+
+MAX_DELIVERIES_SHOWN = 100
+
+
+def _shown(row, *, secret: str | None = None) -> dict:
+    shown = {"id": row.id, "object": "webhook_endpoint", "url": row.url, "key_id": row.key_id,
+             "team_id": row.team_id, "events": orjson.loads(row.events), "description": row.description,
+             "created_at": int(row.created_at)}
+    if secret is not None:
+        shown["secret"] = secret  # shown once, when created
+    return shown
+
+
+class Endpoints:
+    def __init__(self, db: JobsDatabase, *, allowed: list[Network]) -> None:
+        self.db = db
+        self.allowed = allowed
+
+    async def create(self, *, url: str, events: list[str] | None, key_id: str | None, team_id: str | None,
+                     description: str | None) -> dict:
+        if team_id is not None:
+            raise GatewayError(400, "team webhooks need teams (issue 24); register the endpoint for a key_id",
+                               param="team_id")
+        if not key_id:
+            raise GatewayError(400, "key_id is required: the key whose events this endpoint receives",
+                               param="key_id")
+        events = list(EVENT_TYPES) if events is None else events
+        unknown = [event for event in events if event not in EVENT_TYPES]
+        if unknown or not events:
+            raise GatewayError(400, f"events must be some of {', '.join(EVENT_TYPES)}", param="events")
+        try:
+            await check_destination(url, self.allowed)
+        except DestinationRefused as refused:
+            raise GatewayError(400, f"url: {refused}", param="url", code="webhook_destination_refused")
+        secret = signing.new_secret()
+        row = {"id": ids.endpoint_id(), "key_id": key_id, "team_id": None, "url": url, "secret": secret,
+               "events": orjson.dumps(sorted(set(events))).decode(), "description": description,
+               "created_at": time.time()}
+        async with self.db.begin() as connection:
+            await connection.execute(sa.insert(webhook_endpoints).values(**row))
+        return _shown(_Row(row), secret=secret)
+
+    async def list(self, *, key_id: str | None = None) -> list[dict]:
+        query = sa.select(webhook_endpoints).order_by(webhook_endpoints.c.created_at)
+        if key_id is not None:
+            query = query.where(webhook_endpoints.c.key_id == key_id)
+        async with self.db.begin() as connection:
+            return [_shown(row) for row in (await connection.execute(query)).all()]
+
+    async def get(self, endpoint_id: str) -> dict:
+        async with self.db.begin() as connection:
+            row = (await connection.execute(sa.select(webhook_endpoints).where(
+                webhook_endpoints.c.id == endpoint_id))).first()
+        if row is None:
+            raise GatewayError(404, f"No such webhook endpoint: {endpoint_id}", param="webhook_id")
+        return _shown(row)
+
+    async def delete(self, endpoint_id: str) -> dict:
+        await self.get(endpoint_id)
+        async with self.db.begin() as connection:
+            await connection.execute(sa.delete(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))
+        return {"id": endpoint_id, "object": "webhook_endpoint", "deleted": True}
+
+    async def deliveries(self, endpoint_id: str) -> list[dict]:
+        await self.get(endpoint_id)
+        async with self.db.begin() as connection:
+            rows = (await connection.execute(sa.select(webhook_outbox).where(
+                webhook_outbox.c.endpoint_id == endpoint_id).order_by(webhook_outbox.c.created_at.desc())
+                .limit(MAX_DELIVERIES_SHOWN))).all()
+        return [{"id": row.id, "event_id": row.event_id, "type": row.event_type, "state": row.state,
+                 "attempts": row.attempts, "last_status": row.last_status, "last_error": row.last_error,
+                 "created_at": int(row.created_at),
+                 "delivered_at": int(row.delivered_at) if row.delivered_at is not None else None}
+                for row in rows]
+
+
+class _Row:
+    """A dict read like a result row (what ``_shown`` takes)."""
+
+    def __init__(self, values: dict) -> None:
+        self.__dict__.update(values)

@@ -1,0 +1,216 @@
+"""The batch lifecycle with the official SDKs against a real (uvicorn) gateway in front of the fake engine.
+
+The real engine's tests (test_batches_engine.py) run the same paths end to end; these cover
+every status and refusal quickly, counting what reached the engine.
+"""
+
+from __future__ import annotations
+
+import io
+
+import anthropic
+import openai
+import orjson
+import pytest
+
+from tests.gateway.batches.conftest import chat_line, jobs_ready, wait_status
+from tests.support.gateway import OTHER_KEY, READ_KEY, running_gateway
+
+_clients: list = []
+
+
+def sdk(base_url: str, key: str = READ_KEY) -> openai.AsyncOpenAI:
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key, max_retries=0)
+    _clients.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients():
+    yield
+    while _clients:
+        await _clients.pop().close()
+
+
+def jsonl(lines: list) -> io.BytesIO:
+    return io.BytesIO(b"".join((line if isinstance(line, bytes) else orjson.dumps(line)) + b"\n" for line in lines))
+
+
+async def submit(client: openai.AsyncOpenAI, lines: list, **extra):
+    file = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+    return await client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                       completion_window="24h", **extra)
+
+
+async def read_jsonl(client: openai.AsyncOpenAI, file_id: str | None) -> list[dict]:
+    if file_id is None:
+        return []
+    return [orjson.loads(line) for line in (await client.files.content(file_id)).content.splitlines()]
+
+
+async def test_a_batch_completes_with_one_output_line_per_input(jobs_gateway, fake_engine):
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    lines = [chat_line(f"req-{n}", "fake-model", max_tokens=n + 1) for n in range(12)]
+    batch = await submit(client, lines, metadata={"job": "nightly"})
+    assert (batch.status, batch.endpoint, batch.metadata) == ("validating", "/v1/chat/completions", {"job": "nightly"})
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("completed",))
+    assert batch.request_counts.model_dump() == {"total": 12, "completed": 12, "failed": 0}
+    assert batch.in_progress_at and batch.finalizing_at and batch.completed_at and batch.error_file_id is None
+    assert batch.usage.input_tokens == 12 * 5 and batch.usage.output_tokens == sum(range(1, 13))
+    output = await read_jsonl(client, batch.output_file_id)
+    by_id = {line["custom_id"]: line for line in output}
+    assert sorted(by_id) == sorted(line["custom_id"] for line in lines)
+    for n in range(12):
+        line = by_id[f"req-{n}"]
+        assert line["response"]["status_code"] == 200 and line["error"] is None
+        assert line["response"]["body"]["usage"]["completion_tokens"] == n + 1  # its own request's answer
+    assert len(fake_engine.received) == 12
+    assert {item.json["max_tokens"] for item in fake_engine.received} == set(range(1, 13))
+    output_file = await client.files.retrieve(batch.output_file_id)
+    assert output_file.purpose == "batch_output"
+    assert [b.id async for b in client.batches.list()] == [batch.id]
+    assert [b async for b in sdk(base_url, OTHER_KEY).batches.list()] == []
+    with pytest.raises(openai.NotFoundError):
+        await sdk(base_url, OTHER_KEY).batches.retrieve(batch.id)
+
+
+async def test_bad_lines_fail_the_batch_with_their_line_numbers(jobs_gateway, fake_engine):
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    lines = [
+        chat_line("ok-1", "fake-model"),
+        b"{not json",
+        {**chat_line("wrong-method", "fake-model"), "method": "GET"},
+        {**chat_line("wrong-url", "fake-model"), "url": "/v1/embeddings"},
+        chat_line("ok-1", "fake-model"),  # a duplicate custom_id
+        chat_line("unknown-model", "no-such-model"),
+        chat_line("streamed", "fake-model", stream=True),
+        {"method": "POST", "url": "/v1/chat/completions", "body": {"model": "fake-model"}},
+    ]
+    batch = await submit(client, lines)
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("failed",))
+    found = {(error.line, error.code, error.param) for error in batch.errors.data}
+    assert found == {(2, "invalid_json_line", None), (3, "invalid_method", "method"), (4, "mismatched_endpoint", "url"),
+                     (5, "duplicate_custom_id", "custom_id"), (6, "model_not_found", "body.model"),
+                     (7, "invalid_value", "body.stream"), (8, "missing_required_parameter", "custom_id")}
+    assert batch.failed_at and batch.output_file_id is None and batch.request_counts.total == 0
+    assert fake_engine.received == []  # nothing of a file partly wrong runs
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"endpoint": "/v1/chat/completions", "completion_window": "24h"}, "input_file_id"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/moderations", "completion_window": "24h"}, "endpoint"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "1h"}, "completion_window"),
+    ({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "input_file_id"),
+])
+async def test_create_refusals_name_the_field(jobs_gateway, body, param):
+    base_url, _ = jobs_gateway
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk(base_url).post("/batches", body=body, cast_to=object)
+    assert caught.value.body["param"] == param
+
+
+async def test_cancel_stops_queued_lines_and_lets_running_ones_finish(jobs_settings, fake_engine):
+    fake_engine.response_delay = 0.5
+    async with running_gateway(jobs_settings(batch_concurrency=2)) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(10)])
+        await wait_status(lambda: client.batches.retrieve(batch.id), ("in_progress",))
+        while not fake_engine.received:
+            await wait_status(lambda: client.batches.retrieve(batch.id), ("in_progress",))
+        cancelling = await client.batches.cancel(batch.id)
+        assert cancelling.status == "cancelling" and cancelling.cancelling_at
+        batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("cancelled",))
+        ran = len(fake_engine.received)
+        assert 1 <= ran <= 4  # the lines running at the cancel (two at a time), never the rest
+        assert batch.request_counts.completed == ran and batch.request_counts.failed == 10 - ran
+        output = await read_jsonl(client, batch.output_file_id)
+        errors = await read_jsonl(client, batch.error_file_id)
+        assert len(output) == ran and all(line["response"]["status_code"] == 200 for line in output)
+        assert len(errors) == 10 - ran and {line["error"]["code"] for line in errors} == {"batch_cancelled"}
+        assert sorted(line["custom_id"] for line in output + errors) == sorted(f"r{n}" for n in range(10))
+        with pytest.raises(openai.ConflictError):
+            done = await submit(client, [chat_line("x", "fake-model")])
+            await wait_status(lambda: client.batches.retrieve(done.id), ("completed",))
+            await client.batches.cancel(done.id)
+
+
+async def test_a_batch_expires_at_its_window(jobs_settings, fake_engine):
+    fake_engine.response_delay = 0.3
+    async with running_gateway(jobs_settings(batch_concurrency=1, batch_window_seconds=1.0)) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(30)])
+        batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("expired",))
+        ran = len(fake_engine.received)
+        assert 0 < ran < 30 and batch.expired_at
+        errors = await read_jsonl(client, batch.error_file_id)
+        assert {line["error"]["code"] for line in errors} == {"batch_expired"} and len(errors) == 30 - ran
+
+
+async def test_engine_errors_are_the_lines_results(jobs_gateway, fake_engine):
+    base_url, _ = jobs_gateway
+    fake_engine.mode = "http_400"
+    client = sdk(base_url)
+    batch = await submit(client, [chat_line("a", "fake-model"), chat_line("b", "fake-model")])
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("completed",))
+    assert batch.request_counts.model_dump() == {"total": 2, "completed": 0, "failed": 2}
+    errors = await read_jsonl(client, batch.error_file_id)
+    assert {line["response"]["status_code"] for line in errors} == {400}
+    assert errors[0]["response"]["body"]["error"]["param"] == "temperature"
+
+
+async def test_batches_list_pages(jobs_gateway):
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    made = [(await submit(client, [chat_line("a", "fake-model")])).id for _ in range(3)]
+    page = await client.batches.list(limit=2)
+    assert [b.id for b in page.data] == made[::-1][:2] and page.has_more
+    assert [b.id async for b in client.batches.list(limit=2)] == made[::-1]
+
+
+async def test_a_messages_batch_with_the_anthropic_sdk(jobs_gateway, fake_engine):
+    base_url, _ = jobs_gateway
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)
+    _clients.append(client)
+    requests = [{"custom_id": f"m{n}", "params": {"model": "fake-model", "max_tokens": 8,
+                                                 "messages": [{"role": "user", "content": "hi"}]}} for n in range(3)]
+    requests.append({"custom_id": "unknown", "params": {"model": "nope", "max_tokens": 8, "messages": []}})
+    batch = await client.messages.batches.create(requests=requests)
+    assert batch.type == "message_batch" and batch.id.startswith("msgbatch_")
+    assert batch.processing_status == "in_progress" and batch.request_counts.processing == 4
+    batch = await wait_status(lambda: client.messages.batches.retrieve(batch.id), ("ended",))
+    # The fake engine has no /v1/messages: its 404 is each line's error; the unknown model is the gateway's.
+    assert batch.request_counts.errored == 4 and batch.results_url.endswith(f"/v1/messages/batches/{batch.id}/results")
+    results = {item.custom_id: item.result async for item in await client.messages.batches.results(batch.id)}
+    assert sorted(results) == ["m0", "m1", "m2", "unknown"]
+    assert results["unknown"].type == "errored" and results["unknown"].error.error.type == "not_found_error"
+    assert [b.id async for b in client.messages.batches.list()] == [batch.id]
+    with pytest.raises(anthropic.NotFoundError):
+        other = anthropic.AsyncAnthropic(base_url=base_url, api_key=OTHER_KEY, max_retries=0)
+        _clients.append(other)
+        await other.messages.batches.retrieve(batch.id)
+    deleted = await client.messages.batches.delete(batch.id)
+    assert (deleted.id, deleted.type) == (batch.id, "message_batch_deleted")
+    with pytest.raises(anthropic.NotFoundError):
+        await client.messages.batches.retrieve(batch.id)
+
+
+async def test_messages_batch_refusals_in_anthropics_envelope(jobs_gateway):
+    base_url, _ = jobs_gateway
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)
+    _clients.append(client)
+    params = {"model": "fake-model", "max_tokens": 8, "messages": []}
+    for requests, param in (([{"custom_id": "a b", "params": params}], "requests.0.custom_id"),
+                            ([{"custom_id": "a", "params": params}, {"custom_id": "a", "params": params}],
+                             "requests.1.custom_id"),
+                            ([{"custom_id": "a", "params": {**params, "stream": True}}], "requests.0.params.stream")):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await client.messages.batches.create(requests=requests)
+        assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "invalid_request_error"
+        assert caught.value.body["error"]["message"].startswith(param)
+    batch = await client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    cancelled = await client.messages.batches.cancel(batch.id)
+    assert cancelled.processing_status in ("canceling", "ended")

@@ -1,0 +1,182 @@
+"""The Files API with the official openai SDK against a real (uvicorn) gateway: shapes, ownership, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.batches.conftest import jobs_ready
+from tests.support.gateway import OTHER_KEY, READ_KEY, running_gateway
+
+CONTENT = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n' * 3
+
+
+_clients: list[openai.AsyncOpenAI] = []
+
+
+def sdk(base_url: str, key: str = READ_KEY) -> openai.AsyncOpenAI:
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key, max_retries=0)
+    _clients.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients():
+    yield
+    while _clients:
+        await _clients.pop().close()
+
+
+async def test_create_list_retrieve_content_delete(jobs_gateway):
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    created = await client.files.create(file=("requests.jsonl", io.BytesIO(CONTENT)), purpose="batch")
+    assert created.id.startswith("file-") and created.object == "file"
+    assert (created.bytes, created.filename, created.purpose, created.status) == (len(CONTENT), "requests.jsonl",
+                                                                                   "batch", "processed")
+    assert created.expires_at is not None and created.expires_at > created.created_at
+    assert (await client.files.retrieve(created.id)).model_dump() == created.model_dump()
+    assert (await client.files.content(created.id)).content == CONTENT
+    listed = [file.id async for file in client.files.list()]
+    assert listed == [created.id]
+    deleted = await client.files.delete(created.id)
+    assert (deleted.id, deleted.deleted) == (created.id, True)
+    with pytest.raises(openai.NotFoundError):
+        await client.files.retrieve(created.id)
+
+
+async def test_another_key_sees_nothing(jobs_gateway):
+    base_url, _ = jobs_gateway
+    mine = await sdk(base_url).files.create(file=("a.jsonl", io.BytesIO(CONTENT)), purpose="batch")
+    other = sdk(base_url, OTHER_KEY)
+    for call in (other.files.retrieve(mine.id), other.files.content(mine.id), other.files.delete(mine.id)):
+        with pytest.raises(openai.NotFoundError):
+            await call
+    assert [file.id async for file in other.files.list()] == []
+    assert (await sdk(base_url).files.retrieve(mine.id)).id == mine.id  # still there
+
+
+async def test_paging_after_limit_order(jobs_gateway):
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    ids = [(await client.files.create(file=(f"{n}.jsonl", io.BytesIO(CONTENT)), purpose="batch")).id
+           for n in range(5)]
+    first = await client.files.list(limit=2, order="asc")
+    assert [file.id for file in first.data] == ids[:2] and first.has_more
+    every = [file.id async for file in client.files.list(limit=2, order="asc")]
+    assert every == ids
+    newest_first = [file.id async for file in client.files.list(limit=3)]
+    assert newest_first == ids[::-1]
+
+
+@pytest.mark.parametrize("purpose", ["fine-tune", "assistants", "nonsense"])
+async def test_unsupported_purpose_is_a_400_naming_purpose(jobs_gateway, purpose):
+    base_url, _ = jobs_gateway
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk(base_url).files.create(file=("a.jsonl", io.BytesIO(CONTENT)), purpose=purpose)
+    assert caught.value.body["param"] == "purpose"
+    assert [file async for file in sdk(base_url).files.list()] == []
+
+
+async def test_size_limit_and_quota(jobs_settings, tmp_path):
+    settings = jobs_settings(files_max_bytes=1000, files_quota_bytes_per_key=1500)
+    async with running_gateway(settings) as (base_url, app):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.files.create(file=("big.jsonl", io.BytesIO(b"x" * 1001)), purpose="batch")
+        assert caught.value.status_code == 413 and caught.value.body["code"] == "file_too_large"
+        await client.files.create(file=("a.jsonl", io.BytesIO(b"x" * 900)), purpose="batch")
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.files.create(file=("b.jsonl", io.BytesIO(b"x" * 900)), purpose="batch")
+        assert caught.value.body["code"] == "storage_quota_exceeded"
+        assert [file.bytes async for file in client.files.list()] == [900]  # nothing half-kept
+        other = sdk(base_url, OTHER_KEY)  # the quota is per key
+        assert (await other.files.create(file=("c.jsonl", io.BytesIO(b"x" * 900)), purpose="batch")).bytes == 900
+
+
+async def test_uploads_have_their_own_body_limit_not_max_body_bytes(jobs_settings):
+    settings = jobs_settings(max_body_bytes=2048, files_max_bytes=200_000, files_quota_bytes_per_key=10**7)
+    async with running_gateway(settings) as (base_url, app):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        big = b"x" * 200_000  # 100x MAX_BODY_BYTES, exactly FILES_MAX_BYTES
+        created = await client.files.create(file=("big.jsonl", io.BytesIO(big)), purpose="batch")
+        assert created.bytes == len(big) and (await client.files.content(created.id)).content == big
+        with pytest.raises(openai.APIStatusError) as caught:  # one byte more: the upload's own 413
+            await client.files.create(file=("big.jsonl", io.BytesIO(big + b"x")), purpose="batch")
+        assert caught.value.status_code == 413 and caught.value.body["code"] == "file_too_large"
+        assert "200000 bytes (FILES_MAX_BYTES)" in caught.value.body["message"]
+        async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {READ_KEY}"}) as raw:
+            # Far beyond it (the body's length says so): refused before a byte is read, naming the limit.
+            refused = await raw.post("/v1/files", content=b"x" * 300_000,
+                                     headers={"content-type": "multipart/form-data; boundary=b"})
+            assert refused.status_code == 413 and refused.json()["error"]["code"] == "request_too_large"
+            assert "(FILES_MAX_BYTES)" in refused.json()["error"]["message"]
+
+            async def chunks():  # a well-formed upload without Content-Length: counted as it arrives
+                yield (b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+                       b'--b\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n')
+                for _ in range(30):
+                    yield b"x" * 10_000
+                yield b"\r\n--b--\r\n"
+
+            refused = await raw.post("/v1/files", content=chunks(),
+                                     headers={"content-type": "multipart/form-data; boundary=b"})
+            assert refused.status_code == 413 and "(FILES_MAX_BYTES)" in refused.json()["error"]["message"]
+            # Every other route keeps MAX_BODY_BYTES.
+            other = await raw.post("/v1/chat/completions", content=b"x" * 3000,
+                                   headers={"content-type": "application/json"})
+            assert other.status_code == 413 and "2048 bytes (MAX_BODY_BYTES)" in other.json()["error"]["message"]
+        assert [file.bytes async for file in client.files.list()] == [len(big)]
+
+
+async def test_directory_storage_and_retention(jobs_settings, tmp_path):
+    settings = jobs_settings(files_storage="directory", files_directory=str(tmp_path / "files"))
+    async with running_gateway(settings) as (base_url, app):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        created = await client.files.create(file=("a.jsonl", io.BytesIO(CONTENT)), purpose="batch",
+                                            expires_after={"anchor": "created_at", "seconds": 3600})
+        assert created.expires_at - created.created_at == 3600
+        assert (tmp_path / "files" / created.id).read_bytes() == CONTENT
+        assert (await client.files.content(created.id)).content == CONTENT
+
+
+async def test_expired_files_are_gone_and_swept(jobs_settings, tmp_path):
+    settings = jobs_settings(files_storage="directory", files_directory=str(tmp_path / "files"),
+                             files_retention_seconds=1.0)
+    async with running_gateway(settings) as (base_url, app):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        created = await client.files.create(file=("a.jsonl", io.BytesIO(CONTENT)), purpose="batch")
+        assert created.expires_at - created.created_at == 1
+        stored = tmp_path / "files" / created.id
+        deadline = time.monotonic() + 30
+        while stored.exists():  # the sweeper removes the bytes once the retention ran out
+            assert time.monotonic() < deadline, "an expired file was never swept"
+            await asyncio.sleep(0.1)
+        with pytest.raises(openai.NotFoundError):
+            await client.files.retrieve(created.id)
+
+
+@pytest.mark.parametrize("body,content_type,param", [
+    (b"not multipart", "application/json", "content-type"),
+    (b"--B\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--B--\r\n",
+     "multipart/form-data; boundary=B", "file"),
+    (b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nxx", "multipart/form-data; boundary=B",
+     "file"),
+])
+async def test_malformed_uploads_are_400s_naming_the_field(jobs_gateway, body, content_type, param):
+    base_url, _ = jobs_gateway
+    async with httpx.AsyncClient() as client:
+        response = await client.post(base_url + "/v1/files", content=body,
+                                     headers={"authorization": f"Bearer {READ_KEY}", "content-type": content_type})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert [file async for file in sdk(base_url).files.list()] == []

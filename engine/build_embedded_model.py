@@ -9,6 +9,20 @@ tokenizer trained on a fixed, sorted selection of the Python standard library's
 own sources. Runs in the engine's virtual environment (needs torch,
 transformers and tokenizers), in a few seconds.
 
+Two properties matter to the clients that run against it (docs/embedded-model.md):
+
+- **A context for coding agents** (``CONTEXT_TOKENS``): Claude Code's first request
+  (system prompt and 12 tools, ~49 KB) is ~20k tokens with this tokenizer (~33k
+  for its 21-tool fallback, ~78 KB), Codex's (~40 KB) ~17k; 65,536 positions hold
+  either with its 32,000-token output limit. The KV cache of this model is 512
+  bytes a token, so the whole context is 32 MiB.
+- **Answers that end** (``shape_end_of_turn``): random weights almost never pick
+  ``<|im_end|>``, and agents treat an answer cut at its token limit as a failure
+  (Codex exits 1). One hidden dimension carries a constant through every layer,
+  and only ``<|im_end|>`` reads it, so its logit is a fixed score against the
+  other tokens' random ones: sampled answers end after a few dozen tokens, while
+  it is almost never the single best token, so greedy streams run on.
+
     python engine/build_embedded_model.py OUTPUT_DIR
 """
 
@@ -21,8 +35,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 VOCAB_SIZE = 2048
+CONTEXT_TOKENS = 65536
+HIDDEN_SIZE = 128
+# The end-of-turn shaping (``shape_end_of_turn``): the hidden dimension that holds a
+# constant, its value, and the score ``<|im_end|>`` gets from it, in units of the
+# other tokens' pre-normalisation logits (chosen by measurement: docs/embedded-model.md).
+CONSTANT_DIM = 0
+CONSTANT_VALUE = 1.0
+END_OF_TURN_SCORE = 375.0
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
 CORPUS_MODULES = [
     "abc.py", "argparse.py", "ast.py", "asyncio/base_events.py", "bisect.py",
@@ -107,7 +129,7 @@ def build_tokenizer(out: Path) -> None:
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:],
-        model_max_length=8192,
+        model_max_length=CONTEXT_TOKENS,
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
@@ -120,14 +142,14 @@ def build_weights(out: Path, vocab_size: int, eos_id: int, pad_id: int) -> None:
     torch.manual_seed(0)
     config = Qwen3Config(
         vocab_size=vocab_size,
-        hidden_size=128,
+        hidden_size=HIDDEN_SIZE,
         intermediate_size=256,
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,  # vLLM's CPU attention rejects 16; 64 works
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
+        max_position_embeddings=CONTEXT_TOKENS,
+        tie_word_embeddings=False,  # the output head differs from the embeddings in one row
         # A wide init makes greedy output varied (not one repeated token), so
         # tests that compare streamed text catch gaps and duplicates.
         initializer_range=0.3,
@@ -137,9 +159,42 @@ def build_weights(out: Path, vocab_size: int, eos_id: int, pad_id: int) -> None:
         dtype="bfloat16",
     )
     config.architectures = ["Qwen3ForCausalLM"]
-    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen3ForCausalLM(config)
+    shape_end_of_turn(model, eos_id)
+    model = model.to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out)
+
+
+def shape_end_of_turn(model, eos_id: int) -> None:
+    """Give ``<|im_end|>`` a steady logit: real probability under sampling, rarely the argmax.
+
+    Every token's embedding holds ``CONSTANT_VALUE`` in ``CONSTANT_DIM``, and no layer writes
+    there (that row of each output projection is zero), so the final residual stream carries
+    the constant at every position; no layer reads it either (its norm weights are zero there). The output head is the embedding matrix (as when tied)
+    with that column zeroed, except for ``<|im_end|>``, whose row reads the constant alone.
+    Before the final RMSNorm's common scale, the other tokens score ``w . x`` (random, spread
+    with the hidden state) and ``<|im_end|>`` scores ``END_OF_TURN_SCORE``: below the best of
+    2,047 random scores almost always (greedy rarely ends), but within reach of the sampled
+    ones (sampling ends after a few dozen tokens).
+    """
+    import torch
+
+    with torch.no_grad():
+        embed = model.model.embed_tokens.weight
+        embed[:, CONSTANT_DIM] = CONSTANT_VALUE
+        for layer in model.model.layers:
+            # No layer writes the dimension, and none reads it: the layers see what they saw
+            # before the shaping (greedy output stays as varied), the constant only feeds the head.
+            layer.self_attn.o_proj.weight[CONSTANT_DIM, :] = 0.0
+            layer.mlp.down_proj.weight[CONSTANT_DIM, :] = 0.0
+            layer.input_layernorm.weight[CONSTANT_DIM] = 0.0
+            layer.post_attention_layernorm.weight[CONSTANT_DIM] = 0.0
+        head = embed.detach().clone()
+        head[:, CONSTANT_DIM] = 0.0
+        head[eos_id, :] = 0.0
+        head[eos_id, CONSTANT_DIM] = END_OF_TURN_SCORE / CONSTANT_VALUE
+        model.lm_head.weight = torch.nn.Parameter(head)
 
 
 def build(out: Path) -> None:

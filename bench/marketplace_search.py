@@ -40,12 +40,15 @@ from sqlalchemy import insert, text
 
 from bench.postgres import throwaway_postgres
 from bench.stats import percentile
-from marketplace import geo, sphere, taxonomy
-from marketplace.criteria import SearchCriteria
-from marketplace.db import create_engine, create_sessionmaker, migrate
-from marketplace.models import Product, Supplier, tags_text_for, utcnow
-from marketplace.search import search_products
-from marketplace.seed import CITIES, TEMPLATES
+from marketplace.catalogue import taxonomy
+from marketplace.catalogue.demo import CITIES, TEMPLATES
+from marketplace.catalogue.models import Product, Supplier, tags_text_for
+from marketplace.database.engines import create_engine, create_sessionmaker
+from marketplace.database.tables import utcnow
+from marketplace.migrations.runner import migrate
+from marketplace.places import geo, sphere
+from marketplace.search.criteria import SearchCriteria
+from marketplace.search.service import search_products
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SQLITE_BATCH = 20_000
@@ -185,16 +188,16 @@ def queries(rng: random.Random) -> dict[str, callable]:
 
 async def _timed(sessions, criteria: SearchCriteria, by_cursor: bool) -> tuple[float, int]:
     """Milliseconds for one search, and its total. By cursor: the page after ``criteria``'s page."""
-    async with sessions() as session:
+    async with sessions() as db:
         if by_cursor:  # not timed: reaching the row before the measured page
-            before = await search_products(session=session, criteria=criteria, fallback=False)
+            before = await search_products(db=db, criteria=criteria, fallback=False)
             criteria, after = replace(criteria, offset=0), before.next_after
             known = (before.total, before.total_exact)
         started = time.perf_counter()
         if by_cursor:
-            page = await search_products(session=session, criteria=criteria, after=after, total=known)
+            page = await search_products(db=db, criteria=criteria, after=after, total=known)
         else:
-            page = await search_products(session=session, criteria=criteria, fallback=False)
+            page = await search_products(db=db, criteria=criteria, fallback=False)
         return (time.perf_counter() - started) * 1000, page.total
 
 

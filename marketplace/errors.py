@@ -28,7 +28,7 @@ class Forbidden(GatewayError):
 
 
 class DatabaseUnavailable(GatewayError):
-    """503: the marketplace's database cannot serve now (``marketplace.availability``); try again later."""
+    """503: the marketplace's database cannot serve now (``marketplace.database.availability``); try again later."""
 
     def __init__(self, *, problem: str, starting: bool, retry_after: int) -> None:
         state = "is not up yet" if starting else "is unavailable"

@@ -7,6 +7,8 @@ gateway's ``DATABASE_URL`` (one SQLite file by default). ``SEED_DEMO_DATA`` load
 catalogue into an empty database at start-up. The ``AI_SEARCH_*`` settings decide whether and
 how ``POST /api/products/ai-search`` asks the engine to read a query. The ``MARKETPLACE_DB_*``
 settings say how long start-up waits for the database and how often it is retried while down.
+The ``MARKETPLACE_CONVERSATION_RETENTION_DAYS`` and ``MARKETPLACE_CLEANUP_*`` settings say how
+long conversations are kept and how the periodic clean-up runs (``marketplace.cleanup``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class MarketplaceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False)
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False,
+                                      hide_input_in_errors=True)  # (an error never echoes a value)
 
-    marketplace_database_url: str = ""  # empty: the gateway's DATABASE_URL
+    marketplace_database_url: str = Field("", repr=False)  # empty: the gateway's DATABASE_URL (may hold a password)
     seed_demo_data: bool = False
     # POST /api/products/ai-search asks the engine to read the query (structured outputs);
     # false: the rule-based parser alone.
@@ -33,6 +36,15 @@ class MarketplaceSettings(BaseSettings):
     marketplace_db_start_wait_seconds: float = Field(30.0, ge=0, le=600)
     marketplace_db_retry_seconds: float = Field(0.5, gt=0, le=60)
     marketplace_db_retry_max_seconds: float = Field(30.0, gt=0, le=600)
+
+    # Personal data is not kept forever (marketplace.cleanup): a conversation unused for this many
+    # days is deleted with its messages (0: kept until its user is erased). Expired and revoked
+    # end-user tokens, and those of removed keys, are deleted whatever this says.
+    marketplace_conversation_retention_days: float = Field(365.0, ge=0, le=36_500)
+    # How often each worker runs the clean-up, and how many rows of each kind one pass deletes at
+    # most (a pass that hits the bound is followed by another within a second).
+    marketplace_cleanup_interval_seconds: float = Field(3600.0, gt=0, le=7 * 86_400)
+    marketplace_cleanup_batch: int = Field(1000, ge=1, le=100_000)
 
     def database_url(self, gateway_database_url: str) -> str:
         return self.marketplace_database_url or gateway_database_url

@@ -1,6 +1,6 @@
 """Alembic environment: async engines for both SQLite and PostgreSQL.
 
-The URL comes from the caller (``marketplace.db.migrate``), else the
+The URL comes from the caller (``migrations.runner.migrate``), else the
 ``DATABASE_URL`` environment variable, else ``sqlalchemy.url`` in alembic.ini.
 The whole upgrade runs in one transaction that first takes a lock (an
 advisory lock on PostgreSQL, the write lock on SQLite), so several gateway
@@ -17,9 +17,9 @@ from alembic import context
 from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 
-from marketplace.db import create_engine, normalize_url
+from marketplace.database.engines import create_engine, normalize_url
 from marketplace.migrations.runner import VERSION_TABLE
-from marketplace.models import Base
+from marketplace.migrations.schema import metadata
 
 MIGRATION_LOCK_KEY = 0x6D61726B6574  # "market"
 
@@ -36,7 +36,7 @@ database_url = normalize_url(
 
 def _configure(**kwargs) -> None:
     context.configure(
-        target_metadata=Base.metadata,
+        target_metadata=metadata,
         version_table=VERSION_TABLE,
         compare_type=True,
         **kwargs,
@@ -53,6 +53,11 @@ def _run_on(connection: Connection) -> None:
     sqlite = connection.dialect.name == "sqlite"
     _configure(connection=connection, render_as_batch=sqlite, transactional_ddl=True)
     if sqlite:
+        # SQLite changes a constraint by rebuilding the table (Alembic's batch mode: copy, drop,
+        # rename). With foreign keys on, dropping the old table would cascade-delete every row
+        # that refers to it, so they are off for the migration (SQLite's own procedure for
+        # schema changes; the pragma cannot change inside a transaction) and checked at the end.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
         # SQLite's write lock, taken before the version is read: a second
         # process waits (busy timeout) and then finds nothing left to do.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
@@ -60,6 +65,10 @@ def _run_on(connection: Connection) -> None:
         if not sqlite:
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         context.run_migrations()
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"the migration left rows whose foreign keys point nowhere: {broken[:5]}")
 
 
 async def run_migrations_online() -> None:

@@ -1,13 +1,16 @@
-"""Run the marketplace migrations from code (what ``marketplace.db.migrate`` calls)."""
+"""Run the marketplace migrations from code: ``migrate`` at start-up, the others for tests and by hand."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+
+from marketplace.database.engines import ensure_database_directory, normalize_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
@@ -27,6 +30,14 @@ def alembic_config(url: str) -> Config:
     config.attributes["database_url"] = url
     config.attributes["configure_logging"] = False
     return config
+
+
+async def migrate(url: str) -> None:
+    """Bring the database at ``url`` to the newest schema (Alembic ``upgrade head``)."""
+    await ensure_database_directory(url)
+    # Alembic's command API is synchronous (it reads script files and, in our
+    # env.py, runs its own event loop): keep it off the caller's loop.
+    await asyncio.to_thread(upgrade_to_head, normalize_url(url))
 
 
 def upgrade_to_head(url: str) -> None:

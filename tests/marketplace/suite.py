@@ -1,6 +1,7 @@
 """Run the marketplace's database-backed tests on PostgreSQL too, and make sure none is left out.
 
-Each ``test_*_postgres.py`` module here is the twin of one SQLite module: it copies that
+The tests mirror the package: one folder per part (``catalogue/``, ``search/``, ``users/``, ...).
+Each ``test_*_postgres.py`` module is the twin of the SQLite module beside it: it copies that
 module's fixtures, helpers and every test (``rerun_on_postgres``), and binds ``database_url``
 to a fresh PostgreSQL database (``postgres_database_url``); the root conftest marks these
 ``integration`` + ``postgres``. Which tests use the database is pytest's own answer, not a
@@ -9,7 +10,7 @@ only when ``database_url`` is in its fixture closure, however indirectly it gets
 (``client`` -> ``settings`` -> ``database_url``, or a fixture of the test module's own), and
 drops the rest, which would only run the same code twice.
 
-The other half is a check that fails: a test of this folder whose closure holds
+The other half is a check that fails: a test of this folder (or of a folder below it) whose closure holds
 ``database_url`` (and no PostgreSQL fixture: then it runs there already) while its module
 has no twin stops the collection, naming it. A test that
 is about SQLite alone says so with ``@pytest.mark.sqlite_only("why")``.
@@ -45,9 +46,10 @@ def twin_path(path: Path) -> Path:
 def sort_items(config: pytest.Config, items: list[pytest.Item], *, folder: Path = FOLDER) -> None:
     """Drop twin tests that never reach the database; fail on database tests of ``folder`` that have no twin."""
     kept, dropped, missing = [], [], []
+    folder = folder.resolve()
     for item in items:
         path = Path(str(item.path)).resolve()
-        if path.parent != folder.resolve() or not path.name.startswith("test_"):
+        if folder not in path.parents or not path.name.startswith("test_"):
             kept.append(item)
             continue
         fixtures = set(getattr(item, "fixturenames", ()))

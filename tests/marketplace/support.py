@@ -77,7 +77,7 @@ async def running_app(settings: Settings, **app_options) -> AsyncIterator[httpx.
     app = create_app(settings, **app_options)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=60) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
 
@@ -124,8 +124,8 @@ async def count_rows(client: httpx.AsyncClient, table: str) -> int:
     """Rows in a marketplace table, read straight from the app's database."""
     from sqlalchemy import text
 
-    async with client.app.state.marketplace.db_sessions() as session:  # type: ignore[attr-defined]
-        return int(await session.scalar(text(f"SELECT count(*) FROM {table}")))
+    async with client.app.state.marketplace.db_factory() as db:  # type: ignore[attr-defined]
+        return int(await db.scalar(text(f"SELECT count(*) FROM {table}")))
 
 
 def field_of(response: httpx.Response) -> list[str]:

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from gateway.app import create_app
-from marketplace import taxonomy
+from marketplace.catalogue import taxonomy
 from marketplace.feature import MarketplaceFeature
 from marketplace.settings import MarketplaceSettings
 from tests.marketplace.support import database_url, fake_engine, make_settings
@@ -34,7 +34,8 @@ STATUS = re.compile(r"^HTTP (\d{3})$", re.MULTILINE)
 
 @pytest.fixture
 def documented_gateway(database_url, fake_engine):
-    settings = make_settings(database_url=database_url,
+    sessions = "postgres" if database_url.startswith("postgresql") else "sqlite"  # as `make run`: resumable streams
+    settings = make_settings(database_url=database_url, session_store=sessions,
                              vllm_base_url=fake_engine.base_url, api_keys=["sk-read-example"],
                              app_api_keys=["sk-app-example"], admin_api_keys=["sk-admin-example"])
     marketplace = MarketplaceSettings(seed_demo_data=True)
@@ -46,8 +47,8 @@ def documented_gateway(database_url, fake_engine):
 def test_the_walkthrough_has_every_route_in_it():
     walkthrough = "\n".join(BLOCKS)
     for route in ("/api/categories", "/api/suppliers/register", "/api/products", "/api/products/search",
-                  "/api/products/ai-search", "/api/products/compare", "/api/users", "/api/chat", "/api/conversations/",
-                  "cursor=", "/tokens", "-X PATCH", "-X DELETE"):
+                  "/api/products/ai-search", "/api/products/compare", "/api/users", "/api/chat", "/api/conversations/", "Last-Event-ID", "/events",
+                  "cursor=", "/tokens", "-X PATCH", "-X DELETE", 'DELETE "$GW/api/users/$SARI" '):
         assert route in walkthrough, route
 
 
@@ -69,9 +70,16 @@ async def test_the_walkthrough_runs_as_written(documented_gateway, database_url)
             assert status == expected, (call, status, result.stdout[-3000:])
         else:
             assert 200 <= status < 300, (call, status, result.stdout[-3000:])
-    assert sorted(expected for _, expected in calls if expected) == [401, 401, 403, 404, 422]
+    assert sorted(expected for _, expected in calls if expected) == [401, 401, 403, 404, 404, 422]
     assert '"category":"makanan/kopi"' in result.stdout  # "kopi" was stored as its path
     assert '"offset":5' in result.stdout  # the cursor page followed page 1
+    # The streamed chat whole, then its two resumes after event 1: the rest, twice, each with one [DONE].
+    ids = [line[4:] for line in result.stdout.splitlines() if line.startswith("id: ")]
+    assert len({event_id.rpartition(":")[0] for event_id in ids}) == 1  # one session: the conversation's
+    indices = [int(event_id.rpartition(":")[2]) for event_id in ids]
+    whole = (len(indices) + 4) // 3
+    assert whole > 3 and indices == [*range(whole), *range(2, whole), *range(2, whole)]
+    assert result.stdout.count("data: [DONE]") == 3
 
 
 def _curl_calls(script: str) -> list[tuple[str, int | None]]:

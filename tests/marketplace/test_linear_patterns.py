@@ -27,26 +27,30 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import marketplace
-from marketplace import geo, prompt, query
-from marketplace.gazetteer import Gazetteer, normalise
-from marketplace.models import EMAIL_MAX
-from marketplace.schemas import CHAT_MESSAGE_MAX, DESCRIPTION_MAX, UserCreate
+from marketplace import untrusted
+from marketplace.catalogue.models import DESCRIPTION_MAX
+from marketplace.chat.schemas import CHAT_MESSAGE_MAX
+from marketplace.places import geo
+from marketplace.places.gazetteer import Gazetteer, normalise
+from marketplace.search import query
+from marketplace.users.models import EMAIL_MAX
+from marketplace.users.schemas import UserCreate
 
 # Every compiled pattern in the package, with the function that exercises it below.
 GUARDED = {
-    "marketplace.query._RANGE": "parse_query",
-    "marketplace.query._SINGLE": "parse_query",
-    "marketplace.query._PRICE_ONLY": "parse_price",
-    "marketplace.query._DOT_THOUSANDS": "parse_query",
-    "marketplace.query._ONE_COMMA_THOUSAND": "parse_query",
-    "marketplace.query._SEPARATED": "parse_query",
-    "marketplace.query._MEASURE_AFTER": "parse_query",
-    "marketplace.query._DISTANCE": "parse_query",
-    "marketplace.prompt.TEMPLATE_TOKEN": "clean_text",
-    "marketplace.geo._LOCATION": "parse_location",
-    "marketplace.gazetteer._ASCII_WORD": "parse_query",
-    "marketplace.gazetteer._TEXT_WORD": "parse_query",
-    "marketplace.schemas._EMAIL": "email",
+    "marketplace.search.query._RANGE": "parse_query",
+    "marketplace.search.query._SINGLE": "parse_query",
+    "marketplace.search.query._PRICE_ONLY": "parse_price",
+    "marketplace.search.query._DOT_THOUSANDS": "parse_query",
+    "marketplace.search.query._ONE_COMMA_THOUSAND": "parse_query",
+    "marketplace.search.query._SEPARATED": "parse_query",
+    "marketplace.search.query._MEASURE_AFTER": "parse_query",
+    "marketplace.search.query._DISTANCE": "parse_query",
+    "marketplace.untrusted.TEMPLATE_TOKEN": "clean_text",
+    "marketplace.places.geo._LOCATION": "parse_location",
+    "marketplace.places.gazetteer._ASCII_WORD": "parse_query",
+    "marketplace.places.gazetteer._TEXT_WORD": "parse_query",
+    "marketplace.users.schemas._EMAIL": "email",
 }
 
 # Generous bounds on CPU seconds (this process only, so other work on the machine does not count).
@@ -180,20 +184,20 @@ def prompt_shapes(size: int) -> dict[str, str]:
 def test_prompt_shapes_at_the_description_limit(keep_newlines):
     for limit in (DESCRIPTION_MAX, CHAT_MESSAGE_MAX):
         slow = {name: round(seconds, 3) for name, text in prompt_shapes(limit).items()
-                if (seconds := cpu_seconds(lambda t: prompt.clean_text(t, keep_newlines=keep_newlines), text))
+                if (seconds := cpu_seconds(lambda t: untrusted.clean_text(t, keep_newlines=keep_newlines), text))
                 > AT_LIMIT_SECONDS}
         assert slow == {}
 
 
 def test_prompt_shapes_twenty_times_the_limit():
     for name, text in prompt_shapes(SCALE * DESCRIPTION_MAX).items():
-        assert cpu_seconds(prompt.clean_text, text) < SCALED_SECONDS, name
+        assert cpu_seconds(untrusted.clean_text, text) < SCALED_SECONDS, name
 
 
 def strip_to_a_fixed_point(text: str) -> str:
     """The definition: remove every token, again and again, until none is left."""
     while True:
-        cleaned = prompt.TEMPLATE_TOKEN.sub("", text)
+        cleaned = untrusted.TEMPLATE_TOKEN.sub("", text)
         if cleaned == text:
             return text
         text = cleaned
@@ -207,21 +211,21 @@ TOKEN_PIECES = st.sampled_from(["<", ">", "|", "<|", "|>", "/", " ", "  ", "\n",
 @given(st.lists(TOKEN_PIECES, max_size=30))
 def test_one_pass_strip_equals_the_fixed_point_definition(pieces):
     text = "".join(pieces)
-    assert prompt.strip_template_tokens(text) == strip_to_a_fixed_point(text)
+    assert untrusted.strip_template_tokens(text) == strip_to_a_fixed_point(text)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(TOKEN_PIECES, max_size=30))
 def test_cleaned_text_holds_no_token_whatever_the_nesting(pieces):
     for keep_newlines in (False, True):
-        cleaned = prompt.clean_text("".join(pieces), keep_newlines=keep_newlines)
-        assert prompt.TEMPLATE_TOKEN.search(cleaned) is None
+        cleaned = untrusted.clean_text("".join(pieces), keep_newlines=keep_newlines)
+        assert untrusted.TEMPLATE_TOKEN.search(cleaned) is None
 
 
 def test_collapsing_spaces_cannot_assemble_a_token():
     # 70 spaces keep "<| ... |>" from being a token; collapsing them afterwards must not make one.
     text = "<|" + " <think> " * 40 + "|>"
-    assert prompt.TEMPLATE_TOKEN.search(prompt.clean_text(text)) is None
+    assert untrusted.TEMPLATE_TOKEN.search(untrusted.clean_text(text)) is None
 
 
 # --- locations, emails, gazetteer words -----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Who may call what: every marketplace route behind the gateway's API keys, by role.
 
 The catalogue: any key reads, an admin key writes. Users' data (users, chat, conversations,
-tokens): an app or admin key (its own users: tests/marketplace/test_user_access.py), never a
+tokens): an app or admin key (its own users: tests/marketplace/users/test_user_access.py), never a
 read key.
 """
 
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from marketplace import routes
+from marketplace.feature import marketplace_router
 from tests.marketplace.support import (
     APP,
     READ,
@@ -48,6 +48,7 @@ USERS_DATA = [
     ("DELETE", "/api/users/{user}/tokens", None),
     ("POST", "/api/chat", {"user_id": "{user}", "message": "halo"}),
     ("GET", "/api/conversations/{conversation}", None),
+    ("DELETE", "/api/users/{user}", None),
 ]
 
 
@@ -167,19 +168,22 @@ BIG_INTEGERS = {
                                         ("json", {"location": {"lat": 0, "lng": HUGE}}, "lng")],
     ("POST", "/api/users/{user_id}/tokens"): [("path", f"/api/users/{HUGE}/tokens", "user_id"),
                                               ("json", {"ttl_seconds": HUGE}, "ttl_seconds")],
+    ("DELETE", "/api/users/{user_id}"): [("path", f"/api/users/{HUGE}", "user_id")],
     ("DELETE", "/api/users/{user_id}/tokens"): [("path", f"/api/users/{HUGE}/tokens", "user_id")],
     ("DELETE", "/api/users/{user_id}/tokens/{token_id}"): [
         ("path", f"/api/users/{HUGE}/tokens/{uuid.UUID(int=1)}", "user_id"),
         ("path", f"/api/users/{uuid.UUID(int=1)}/tokens/{HUGE}", "token_id")],
     ("POST", "/api/chat"): [("json", {"user_id": HUGE, "message": "halo"}, "user_id")],
     ("GET", "/api/conversations/{conversation_id}"): [("path", f"/api/conversations/{HUGE}", "conversation_id")],
+    ("GET", "/api/conversations/{conversation_id}/events"): [
+        ("path", f"/api/conversations/{HUGE}/events", "conversation_id")],
     ("GET", "/api/categories"): [],  # takes no number
     ("GET", "/api/places"): [("path", f"/api/places?q=ja&limit={HUGE}", "limit")],
 }
 
 
 def test_the_big_integer_table_covers_every_marketplace_route():
-    declared = {(method, route.path) for route in routes.router.routes for method in route.methods}
+    declared = {(method, route.path) for route in marketplace_router().routes for method in route.methods}
     assert declared == set(BIG_INTEGERS)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace import extraction
-from marketplace.geo import Point
-from marketplace.listing import search_origin
-from marketplace.models import PRICE_MAX
-from marketplace.query import parse_price, parse_query
+from marketplace.catalogue.models import PRICE_MAX
+from marketplace.places.geo import Point
+from marketplace.search import extraction
+from marketplace.search.listing import search_origin
+from marketplace.search.query import parse_price, parse_query
 from tests.marketplace.support import (
     APP,
     READ,
@@ -102,7 +102,7 @@ def test_the_parser_reads_prices_up_to_the_cap_and_no_further():
 
 
 def test_a_query_above_the_cap_asks_for_no_price():
-    from marketplace.gazetteer import Gazetteer
+    from marketplace.places.gazetteer import Gazetteer
 
     parsed = parse_query("laptop di bawah 1001 miliar", gazetteer=Gazetteer.load())
     assert parsed.max_price is None and parsed.min_price is None

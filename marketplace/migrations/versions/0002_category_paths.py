@@ -9,7 +9,7 @@ nothing is lost and every old filter (``category=makanan``) still finds every ol
 other value (written around the API) is left untouched.
 
 The noun table is frozen here as it was when this migration was written; the live tree in
-``marketplace.taxonomy`` may grow later without changing what this step did.
+``marketplace.catalogue.taxonomy`` may grow later without changing what this step did.
 ``downgrade`` keeps the top level of every path.
 
 Revision ID: 0002

@@ -2,7 +2,7 @@
 
 - ``suppliers.ux/uy/uz``: each supplier's position as a unit vector, filled here for
   existing rows. The search compares squared chords with them to skip the exact distance
-  for suppliers plainly inside or outside a radius (``marketplace.sphere``). Nullable: a row
+  for suppliers plainly inside or outside a radius (``marketplace.places.sphere``). Nullable: a row
   written around the application without them is only slower to search, never wrong.
 - PostgreSQL: ``products.words``, a stored weighted tsvector (name A, tags B, description C)
   with the ``simple`` configuration over the text lower-cased (ASCII) and cut into runs of

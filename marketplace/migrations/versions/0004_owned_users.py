@@ -7,7 +7,7 @@
   refer to it; the application always sets it.
 - ``users.owner_key_id`` and ``conversations.owner_key_id``: the key id of the API key that
   created the row. Existing rows keep NULL: nobody knows which key made them, and only admin
-  keys see them (``marketplace.access``).
+  keys see them (``marketplace.users.access``).
 - ``user_tokens``: end-user tokens, by their SHA-256 only, with expiry and revocation.
 
 Revision ID: 0004

@@ -1,0 +1,1 @@
+"""The catalogue part: suppliers, products, the category tree, the demo catalogue."""

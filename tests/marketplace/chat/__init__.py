@@ -1,0 +1,1 @@
+"""The chat part: /api/chat, its prompt, its conversations."""

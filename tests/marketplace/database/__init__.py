@@ -1,0 +1,1 @@
+"""The database part: engines, the schema against the models, outages."""

@@ -1,0 +1,1 @@
+"""The migrations: rows carried forward and back on both databases."""

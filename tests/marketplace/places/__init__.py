@@ -1,0 +1,1 @@
+"""The places part: points, distances, the gazetteer, /api/places."""

@@ -1,0 +1,1 @@
+"""The search part: keyword, nearest-first and natural-language search, pages, comparison."""

@@ -1,0 +1,1 @@
+"""The users part: users owned by keys, who sees whom, end-user tokens."""

@@ -90,8 +90,10 @@ async def test_the_answer_streams_in_and_shows_its_figures(playground_gateway, o
 
 async def test_stop_cancels_the_generation_inside_vllm(playground_gateway, open_playground, idle_vllm_engine):
     # Tokens asked for (ignore_eos: only a cancel ends it early). Not "half of it": on a loaded
-    # machine the first text can reach the browser thousands of tokens late.
-    long = 8000
+    # machine the first text can reach the browser thousands of tokens late. Far more than the
+    # engine makes before the page shows text and the probe sees it running: with 8,000 the
+    # embedded model once finished the whole answer first (the probe then saw 0 running for good).
+    long = 30_000  # the page's field allows up to 32,768
     visit = await open_playground(playground_gateway)
     page = visit.page
     async with httpx.AsyncClient(timeout=10) as metrics_client:

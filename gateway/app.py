@@ -150,15 +150,19 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
                                discovery=DnsDiscovery.from_settings(settings))
     engines.when_none_ready = engine_state.look_again  # an engine may have come up since the last look
     admission = Admission(max_inflight=settings.max_inflight, max_inflight_per_key=settings.max_inflight_per_key)
-    metrics.inflight.set_function(lambda: admission.inflight)
     shapes = ErrorShapes()
     shapes.register_prefix("/v1/", OPENAI_SHAPE)
     shapes.register_prefix(ADMIN_PREFIX, OPENAI_SHAPE)
     database = GatewayDatabase(settings)  # the gateway's own tables: one engine, one migration history
     tenancy = Tenancy(settings, database)  # keys in the database, limits, the usage ledger (docs/keys.md)
-    flow = queueing.flow_control(settings, engines, engine_state, metrics)  # None with FLOW_CONTROL off
+    flow = queueing.flow_control(settings, engines, engine_state, metrics, admission)  # None: FLOW_CONTROL off
+    # In flight: what admission counts, and the generating requests flow control let go (it counts those).
+    caps = flow.scheduler.caps if flow is not None else None
+    metrics.inflight.set_function(lambda: admission.inflight + (caps.held if caps is not None else 0))
     relay = Relay(engines=engines, metrics=metrics, keepalive_seconds=settings.sse_keepalive_seconds, live=LiveRuns(),
                   flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model))
+    if flow is not None:  # a generating request's max_concurrency: it waits in the queue, not refused by the limiter
+        relay.meter.queued_paths = queueing.QUEUED_PATHS
     sessions = _session_manager(settings, relay, engine_state, admission)
     metrics.session_store_backlog_limit.set(settings.session_max_unpersisted_bytes)
     if sessions is not None and sessions.persistence is not None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from gateway.config import Settings
 from gateway.flow.bands import Bands
 from gateway.flow.capacity import EngineView
+from gateway.flow.caps import InflightCaps, OtherRequests
 from gateway.flow.demand import Demand, Grant
 from gateway.flow.errors import QueueRefused
 from gateway.flow.queue import Waiter
@@ -40,12 +41,16 @@ class FlowControl:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, engines: Callable[[], Iterable[EngineView]], pick: Picker,
-                      metrics=None) -> FlowControl:
+                      metrics=None, others: OtherRequests | None = None) -> FlowControl:
+        """``others``: the requests in flight that never queue; given, the flow holds ``MAX_INFLIGHT`` and
+        ``MAX_INFLIGHT_PER_KEY`` for the requests that do (``caps``), counting both."""
+        caps = InflightCaps(settings.max_inflight, settings.max_inflight_per_key, others) if others is not None \
+            else None
         return cls(Scheduler(
             bands_from_settings(settings), engines=engines, pick=pick,
             max_queued=settings.flow_queue_max, max_queued_per_key=settings.flow_queue_max_per_key,
             queue_timeout=settings.flow_queue_timeout_seconds, aging=settings.flow_aging_seconds,
-            engine_max_waiting=settings.flow_engine_max_waiting, metrics=metrics),
+            engine_max_waiting=settings.flow_engine_max_waiting, metrics=metrics, caps=caps),
             scheduling_policy=settings.engine_scheduling_policy)
 
     async def acquire(self, demand: Demand) -> Grant:

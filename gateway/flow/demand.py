@@ -34,6 +34,7 @@ class Demand:
     team_limit: int | None = None  # requests in flight the team may hold
     tokens: int = 1                # estimated cost: prompt + completion tokens
     route: Any = None              # what the engine picker needs (``RouteHints``)
+    capped: bool = False           # counts against MAX_INFLIGHT(_PER_KEY) (a client's request; ``caps``)
     # Who shares fairly with whom: the team, or the key when it has none.
     tenant: str = field(init=False)
 

@@ -9,6 +9,10 @@ release (its slot, its key's and team's), a scrape or an engine coming back
 
 Order when a slot frees (per model):
 
+A key at its ``max_concurrency`` or at ``MAX_INFLIGHT_PER_KEY``, a team at its
+``max_concurrency`` and the gateway at ``MAX_INFLIGHT`` (``caps``) hold a request back the
+same way an engine without a free slot does: it waits, and goes when one of those ends.
+
 1. **Aging**: a band below the highest that has waited ``aging`` seconds since it was last
    served (or since it began to wait) goes first. So while higher bands keep every slot
    busy, each lower band with a request that may go is still served at least once every
@@ -23,7 +27,8 @@ Bounds: ``max_queued`` waiting per model (full: a request of a higher band takes
 the newest of the lowest band below it (503 to that one); else, in its band, of the newest of
 the tenant with the most waiting (429: its own excess); else it is refused, 503),
 ``max_queued_per_key`` waiting per key (429), ``queue_timeout`` seconds of waiting (429 when
-the key or team was at its own limit then, else 503). Everything runs on one event loop and
+the key or team was at its own limit then, else 503: saturated engines, or the gateway at
+``MAX_INFLIGHT``). Everything runs on one event loop and
 never awaits: no locks.
 """
 
@@ -38,6 +43,7 @@ from typing import Any
 from gateway.flow import errors
 from gateway.flow.bands import Bands
 from gateway.flow.capacity import EngineSlots, EngineView
+from gateway.flow.caps import InflightCaps
 from gateway.flow.demand import Demand, Grant
 from gateway.flow.errors import QueueRefused
 from gateway.flow.queue import CANCELLED, GRANTED, QUEUED, REFUSED, BandQueue, ModelQueue, Waiter
@@ -49,8 +55,10 @@ RETRY_AFTER_MAX = 60
 class Scheduler:
     def __init__(self, bands: Bands, *, engines: Callable[[], Iterable[EngineView]], pick: Picker,
                  max_queued: int, max_queued_per_key: int, queue_timeout: float, aging: float,
-                 engine_max_waiting: int, clock: Callable[[], float] = time.monotonic, metrics=None) -> None:
+                 engine_max_waiting: int, clock: Callable[[], float] = time.monotonic, metrics=None,
+                 caps: InflightCaps | None = None) -> None:
         self.bands = bands
+        self.caps = caps if caps is not None else InflightCaps()
         self.max_queued = max_queued
         self.max_queued_per_key = max_queued_per_key
         self.queue_timeout = queue_timeout
@@ -76,7 +84,7 @@ class Scheduler:
         """
         now = self.clock()
         queue = self._queues.get(demand.model) or self._queue(demand.model)
-        if not queue.size and not self._key_blocked(demand) and not self._team_blocked(demand):
+        if not queue.size and not self._held_back(demand) and not self._team_blocked(demand):
             room, full, routable = self._room(demand.model, now)
             if not routable:
                 return self._grant(queue, demand, None, 0.0, now)
@@ -89,6 +97,8 @@ class Scheduler:
     def release(self, grant: Grant, tokens: int | None) -> None:
         """``grant``'s request ended (``Grant.release`` calls this once); its slots go to waiters."""
         demand = grant.demand
+        if demand.capped:
+            self.caps.leave(demand.key_id)
         _decrement(self._held_keys, demand.key_id)
         if demand.team_id is not None:
             _decrement(self._held_teams, demand.team_id)
@@ -112,7 +122,10 @@ class Scheduler:
             self._leave_queue(waiter, CANCELLED, None, errors.CANCELLED)
 
     def capacity_changed(self) -> None:
-        """Slots may have freed (a release, a scrape, an engine back): dispatch what can go."""
+        """Slots may have freed (a release, a scrape, an engine back, a request that never queues
+        ended): dispatch what can go."""
+        if not self._deadlines:  # nothing waits (the usual case: a cheap no-op)
+            return
         now = self.clock()
         for queue in self._queues.values():
             if queue.size:
@@ -128,8 +141,12 @@ class Scheduler:
                 break
             demand = waiter.demand
             own = self._key_blocked(demand) or self._team_blocked(demand)
-            whose = "its API key's (or team's) requests in flight stayed at their limit" if own else \
-                f"the engines serving '{demand.model}' stayed saturated"
+            if own:
+                whose = "its API key's (or team's) requests in flight stayed at their limit"
+            elif demand.capped and self.caps.full():
+                whose = f"the gateway stayed at its limit of {self.caps.max_inflight} requests in flight"
+            else:
+                whose = f"the engines serving '{demand.model}' stayed saturated"
             refusal = self._refusal(errors.TIMEOUT, f"waited {self.queue_timeout:g}s in the queue and {whose}",
                                     own, self._queues[demand.model])
             self._leave_queue(waiter, REFUSED, refusal, errors.TIMEOUT)
@@ -179,8 +196,15 @@ class Scheduler:
         return slots
 
     def _key_blocked(self, demand: Demand) -> bool:
+        """The request's key is at its own limit: its ``max_concurrency``, or ``MAX_INFLIGHT_PER_KEY``."""
         limit = demand.key_limit
-        return limit is not None and self._held_keys.get(demand.key_id, 0) >= limit
+        if limit is not None and self._held_keys.get(demand.key_id, 0) >= limit:
+            return True
+        return demand.capped and self.caps.key_full(demand.key_id)
+
+    def _held_back(self, demand: Demand) -> bool:
+        """The request may not go whatever the engines' slots: its key's limits, or the gateway's ``MAX_INFLIGHT``."""
+        return self._key_blocked(demand) or (demand.capped and self.caps.full())
 
     def _team_blocked(self, demand: Demand) -> bool:
         limit = demand.team_limit
@@ -283,7 +307,7 @@ class Scheduler:
             self._leave_queue(waiter, GRANTED, grant, None)
 
     def _select(self, queue: ModelQueue, now: float) -> Waiter | None:
-        key_blocked, team_blocked = self._key_blocked, self._team_blocked
+        key_blocked, team_blocked = self._held_back, self._team_blocked
         starving: BandQueue | None = None
         choice: Waiter | None = None
         for band in queue.bands[1:]:  # the highest band is never kept waiting by another
@@ -302,6 +326,8 @@ class Scheduler:
 
     def _grant(self, queue: ModelQueue, demand: Demand, engine: Any, waited: float, now: float, *,
                queued: bool = False) -> Grant:
+        if demand.capped:
+            self.caps.enter(demand.key_id)
         self._held_keys[demand.key_id] = self._held_keys.get(demand.key_id, 0) + 1
         if demand.team_id is not None:
             self._held_teams[demand.team_id] = self._held_teams.get(demand.team_id, 0) + 1

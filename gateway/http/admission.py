@@ -5,6 +5,14 @@ Plain counters, no locks: everything runs on one event loop and
 A request beyond either cap is refused at once (429 + Retry-After) rather than
 queued, so clients back off instead of piling latency onto the engine.
 
+With flow control on (``FLOW_CONTROL``), the generating requests are not counted here: the
+caps are flow control's to hold for them (``gateway.flow.caps``: they wait in its queue, and
+are dispatched when a request ends), over the requests it let go plus the ones counted here
+(``inflight``, ``held``). ``defer`` names their routes; a request admitted here that reaches
+the queue all the same (a route not named) hands its slot over (``Slot.hand_over``), so no
+request is counted twice. ``on_leave`` tells flow control that a request it does not count
+ended, which may let a waiting one go.
+
 Control requests (cancel a generation, look at its state, delete a stored response) start
 no generation and free capacity rather than take it, so they must not be refused because
 the key is at its cap: a client at ``MAX_INFLIGHT_PER_KEY`` has to be able to stop its own
@@ -17,7 +25,7 @@ like every other request.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gateway.http.errors import GatewayError
 
@@ -34,6 +42,20 @@ class Admission:
         self.max_inflight_per_key = max_inflight_per_key
         self.inflight = 0
         self._per_key: dict[str, int] = {}
+        self.deferred: frozenset[str] = frozenset()  # POST paths counted by flow control instead (``defer``)
+        self.on_leave: Callable[[], None] | None = None
+
+    def defer(self, paths: Iterable[str], on_leave: Callable[[], None]) -> None:
+        """POSTs to ``paths`` are not counted here: flow control holds the caps for them (see above)."""
+        self.deferred = frozenset(paths)
+        self.on_leave = on_leave
+
+    def counts(self, method: str, path: str) -> bool:
+        return not (method == "POST" and path in self.deferred)
+
+    def held(self, key_id: str) -> int:
+        """The requests ``key_id`` has in flight, counted here."""
+        return self._per_key.get(key_id, 0)
 
     def try_enter(self, key_id: str) -> str | None:
         """Admit one request for ``key_id``; on refusal, the reason (nothing is counted)."""
@@ -53,6 +75,26 @@ class Admission:
             self._per_key[key_id] = held
         else:
             del self._per_key[key_id]  # keeps the map bounded by keys actually in flight
+        if self.on_leave is not None:
+            self.on_leave()
+
+
+class Slot:
+    """One request's place in a pool: given back once, at its end or when flow control takes its count over."""
+
+    __slots__ = ("pool", "key_id", "held")
+
+    def __init__(self, pool: Admission, key_id: str) -> None:
+        self.pool = pool
+        self.key_id = key_id
+        self.held = True
+
+    def leave(self) -> None:
+        if self.held:
+            self.held = False
+            self.pool.leave(self.key_id)
+
+    hand_over = leave  # flow control counts the request from here on (it is about to queue)
 
 
 def too_many_requests(reason: str) -> GatewayError:

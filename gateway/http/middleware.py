@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http import queueing
-from gateway.http.admission import Admission, ControlRequests, too_many_requests
+from gateway.http.admission import Admission, ControlRequests, Slot, too_many_requests
 from gateway.http.api_docs import ASSET_PATHS
 from gateway.http.auth import (
     API_KEY_HEADER,
@@ -156,7 +156,7 @@ class GatewayMiddleware(StartHook):
         metrics = self.metrics
         path = scope["path"]
         key_id = "-"
-        admitted: Admission | None = None  # the pool that admitted the request
+        admitted: Slot | None = None  # the request's place in the pool that admitted it
         try:
             refusal = self.host_check.refusal(host) if self.host_check is not None else None
             if refusal is not None:
@@ -193,12 +193,16 @@ class GatewayMiddleware(StartHook):
                     if path != "/metrics":
                         pool = self.control_admission if self.control_requests.matches(scope["method"], path) \
                             else self.admission
-                        reason = pool.try_enter(key_id)
-                        if reason is None:
-                            admitted = pool
-                        else:
-                            metrics.rejected.labels("admission").inc()
-                            refusal = too_many_requests(reason)
+                        # (With flow control on, generating requests are counted by it, and wait at the caps.)
+                        if pool.counts(scope["method"], path):
+                            reason = pool.try_enter(key_id)
+                            if reason is None:
+                                admitted = Slot(pool, key_id)
+                                if pool.deferred:  # should it queue after all, it hands the slot over
+                                    request.put(admitted)
+                            else:
+                                metrics.rejected.labels("admission").inc()
+                                refusal = too_many_requests(reason)
             elif refusal is None:
                 request.principal = self._recognise(authorization, api_key)
             if refusal is not None:
@@ -214,7 +218,7 @@ class GatewayMiddleware(StartHook):
                 request.status = CLIENT_CLOSED_REQUEST
         finally:
             if admitted is not None:
-                admitted.leave(key_id)
+                admitted.leave()
             status = request.status
             if status is None:
                 status = 500  # the app raised before answering

@@ -44,11 +44,16 @@ from gateway.flow.bands import (
 from gateway.flow.control import FlowControl
 from gateway.flow.demand import Demand, Grant, estimated_tokens
 from gateway.flow.errors import QueueRefused
+from gateway.http.admission import Admission, Slot
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 
 _CODES = {errors.TIMEOUT: "queue_timeout", errors.DISPLACED: "queue_displaced"}
 QUEUED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
+# The client routes (POST) whose requests queue: the middleware's admission leaves their in-flight caps
+# to flow control (``Admission.defer``). A route missing here still works: its request is refused at
+# the caps at once, and hands its admission slot over if it queues.
+QUEUED_ROUTES = QUEUED_PATHS | {"/chat/completions", "/completions", "/responses", "/v1/v1/messages"}
 QUEUE_WAIT_HEADER = "x-queue-wait-ms"
 _HEADER = PRIORITY_HEADER.encode()
 # What a request may ask to generate, under each protocol's name for it: the estimate's second half.
@@ -104,7 +109,11 @@ async def acquire(flow: FlowControl | None, request: RequestContext, path: str, 
                     team_id=team.id if team is not None else None, weight=getattr(principal, "weight", 1.0) or 1.0,
                     key_limit=getattr(limits, "max_concurrency", None),
                     team_limit=team.limits.max_concurrency if team is not None else None,
-                    tokens=estimated_tokens(len(body or b""), int(found.group(1)) if found else None), route=route)
+                    tokens=estimated_tokens(len(body or b""), int(found.group(1)) if found else None), route=route,
+                    capped=request.scope is not None)  # a client's request (a batch line has none)
+    slot = request.get(Slot)
+    if slot is not None:  # admitted by the middleware's counters on a route not deferred: the flow counts it now
+        slot.hand_over()
     try:
         grant = await flow.acquire(demand)
     except QueueRefused as refusal:
@@ -238,13 +247,19 @@ async def request(flow: FlowControl | None, engines: Any, request: RequestContex
 
 
 # --- assembly ---------------------------------------------------------------------------------
-def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any) -> FlowControl | None:
+def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any,
+                 admission: Admission | None = None) -> FlowControl | None:
     """The flow control ``create_app`` hands the relay (None with ``FLOW_CONTROL`` off): it reads the
-    fleet's engines, picks with the router, and dispatches waiters after every look at the engines."""
+    fleet's engines, picks with the router, and dispatches waiters after every look at the engines.
+
+    ``admission``: the middleware's counters; given, the generating routes' requests are counted by
+    the flow instead, and wait at ``MAX_INFLIGHT`` / ``MAX_INFLIGHT_PER_KEY`` (``gateway.flow.caps``)."""
     if not settings.flow_control:
         return None
     flow = FlowControl.from_settings(settings, engines=lambda: engines.fleet.engines,
                                      pick=lambda demand, full: engines.router.pick(demand.route, full),
-                                     metrics=metrics)
+                                     metrics=metrics, others=admission)
     engine_state.on_change(flow.capacity_changed)
+    if admission is not None:
+        admission.defer(QUEUED_ROUTES, flow.capacity_changed)
     return flow

@@ -71,6 +71,7 @@ class Meter:
         self.limiter = limiter
         self.ledger = ledger
         self.resolve_model = resolve_model  # an alias in a key's models list -> the served name
+        self.queued_paths: frozenset[str] = frozenset()  # their max_concurrency is flow control's (it waits there)
 
     async def admit(self, request: RequestContext, path: str, body: bytes | None, *,
                     payload: dict | None = None, stream: bool = False) -> Metered | None:
@@ -98,7 +99,8 @@ class Meter:
         if limited:
             end_user = principal.subject if getattr(principal, "is_end_user", False) else None
             demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
-                                prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens)
+                                prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens,
+                                concurrency=path not in self.queued_paths)
             try:
                 reservation = await self.limiter.admit(demand)
             except RateLimited as refusal:

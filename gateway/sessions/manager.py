@@ -60,6 +60,13 @@ class SessionOutcome:
     last_frame: bytes | None      # its last event so far, as framed (once ended: its ending)
 
 
+def default_live_cap(settings: Settings) -> int:
+    """A key's live generations without ``MAX_LIVE_SESSIONS_PER_KEY``: what it may have in flight, plus, with
+    flow control on, what it may have waiting in its queue (a queued stream is a live session already)."""
+    queued = settings.flow_queue_max_per_key if settings.flow_control else 0
+    return settings.max_inflight_per_key + queued
+
+
 class SessionManager:
     resumable = True
 
@@ -298,7 +305,7 @@ class SessionManager:
             raise Unavailable(f"the session store is behind: {backlog} bytes of events are not persisted "
                               "yet; new streams wait until it catches up",
                               code="session_store_unavailable", retry_after=1)
-        live_cap = self.settings.max_live_sessions_per_key or self.settings.max_inflight_per_key
+        live_cap = self.settings.max_live_sessions_per_key or default_live_cap(self.settings)
         if self._live_by_owner.get(owner, 0) >= live_cap:
             raise LimitReached(f"this API key is at its limit of {live_cap} live sessions (generations that "
                                "run on after their client left count until they end)",

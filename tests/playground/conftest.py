@@ -198,7 +198,7 @@ async def fake_engine_gateway(tmp_path):
     """
     async with running_fake_engine(models=["fake-model"], chunk_delay=0.05) as engine:
         settings = playground_settings(engine_url=engine.base_url, engine_key=None, tmp=tmp_path,
-                                       max_inflight_per_key=1)
+                                       max_inflight_per_key=1, flow_control=False)  # (on, it would wait)
         async with aserve_playground(settings) as gateway:
             gateway.engine = engine
             yield gateway

@@ -51,7 +51,7 @@ from gateway.protocols.responses.continuation import continuation_for
 from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun
 from gateway.protocols.responses.prepare import RESPONSES_PATH, ResponsesRequest, prepare, read_request
 from gateway.protocols.responses.records.base import ResponseRecords, StoredResponse
-from gateway.protocols.responses.runs import ResponseRuns
+from gateway.protocols.responses.runs import ClientLeft, ResponseRuns
 from gateway.relay.call import StreamCall
 from gateway.relay.continuation import Continuation
 from gateway.relay.sse import SSE_HEADERS
@@ -123,6 +123,8 @@ class ResponsesAPI:
                                                     core=self.core)
         if request.background:
             response = await self._background(request, ctx)
+            if response is None:  # its client left while the run waited in the queue
+                return
         elif request.stream:
             response = await self.runs.stream(request, ctx, self._continuation(request))
         else:
@@ -170,11 +172,14 @@ class ResponsesAPI:
         except Exception:
             log.exception("could not store a response", extra={"response_id": request.response_id})
 
-    async def _background(self, request: ResponsesRequest, ctx: RequestContext) -> Response:
+    async def _background(self, request: ResponsesRequest, ctx: RequestContext) -> Response | None:
         if self.sessions is None:
             raise GatewayError(400, "background responses need resumable sessions, and this gateway runs with "
                                     "SESSION_STORE=off", param="background")
-        run, _ = await self.runs.start_background(request, ctx, self._continuation(request))
+        try:
+            run, _ = await self.runs.start_background(request, ctx, self._continuation(request))
+        except ClientLeft:
+            return None
         if request.stream:
             return await self.sessions.resume(owner=ctx.key_id, point=ResumePoint(request.response_id, -1))
         created = await run.created

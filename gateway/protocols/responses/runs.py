@@ -8,8 +8,13 @@ record (when ``store`` is not false) is saved ``in_progress`` before the stream 
 the final response object before the terminal event reaches any client.
 
 A background run, step by step: the engine request is opened first, in the POST itself (so an
-engine refusal is the POST's own HTTP error, and the run takes an admission slot of its key
-for as long as it runs); the record is saved ``queued``; a detached run (the runner with the
+engine refusal is the POST's own HTTP error), through flow control like any other generating
+request (``queueing.open_stream``: it waits its turn in its band, the key's or the lower one
+``x-priority`` asks for, so background work never skips ahead of interactive requests waiting;
+a queue refusal is the POST's 429/503; the client leaving meanwhile takes it out of the queue),
+and the run holds its grant, which counts against its key's concurrency and the in-flight caps,
+for as long as it runs (with ``FLOW_CONTROL=false``: an admission slot of its key, refused at
+once at the cap); the record is saved ``queued``; a detached run (the runner with the
 session's log as its sink and no client: ``SessionManager.start_detached``) streams it from the
 engine into the log, which the store persists and any replica can replay and follow. When the
 engine's ``response.created`` arrives the record turns ``in_progress``; when the run ends its
@@ -39,7 +44,9 @@ from starlette.responses import Response
 from gateway.core import Core
 from gateway.engines.stream import EngineStream
 from gateway.failures import Failure, LimitReached, Unavailable
+from gateway.http import queueing
 from gateway.http.context import RequestContext
+from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.timing import EngineWait
 from gateway.protocols.responses.dialect import TERMINAL_TYPES, ResponsesDialect, ResponsesRun, lifecycle_response
 from gateway.protocols.responses.prepare import RESPONSES_PATH, ResponsesRequest
@@ -54,6 +61,10 @@ from gateway.sessions.generation import Generation
 from gateway.sessions.manager import SessionManager
 
 log = logging.getLogger("gateway.responses")
+
+class ClientLeft(Exception):
+    """The client of a background POST left while its run waited in the queue: nothing started, nobody to answer."""
+
 
 # Told once a background response ended: (owner=, status=, response_id=); never raises into the run.
 EndedHook = Callable[..., Awaitable[object]]
@@ -139,24 +150,30 @@ class ResponseRuns:
         """Open the engine request, save the record, start the detached run."""
         core, sessions = self.core, self.sessions
         owner = ctx.key_id
-        refusal = core.admission.try_enter(owner)
-        if refusal is not None:
-            core.metrics.rejected.labels("admission").inc()
-            raise LimitReached(refusal, code="too_many_requests", retry_after=1)
+        slot = core.relay.flow is None  # without flow control, an admission slot of its own (with it, the grant)
+        if slot:
+            refusal = core.admission.try_enter(owner)
+            if refusal is not None:
+                core.metrics.rejected.labels("admission").inc()
+                raise LimitReached(refusal, code="too_many_requests", retry_after=1)
+
+        def leave() -> None:
+            if slot:
+                core.admission.leave(owner)
+
         stream: EngineStream | None = None
         try:
             # Limits and the ledger: admitted here, settled by the run's ending (relay.metering).
             request.engine_body = await admit_call(ctx, core.relay.meter, RESPONSES_PATH, request.engine_body,
                                                    stream=True)
-            with EngineWait(ctx):
-                stream = await core.engines.open_stream(RESPONSES_PATH, request.engine_body, request=ctx,
-                                                        route=with_affinity(request.route, ctx))
+            stream = await self._open(request, ctx)
             if stream.status >= 400:
                 raise await stream.refusal()
             record = request.record(owner, self.retention, status="queued", body=orjson.dumps(request.queued_object()))
             await _saved(self.records.save_response(record))
         except BaseException:
-            core.admission.leave(owner)
+            leave()
+            queueing.release(ctx)
             await settle_call(ctx, answered=False)
             if stream is not None:
                 stream.close()
@@ -173,7 +190,7 @@ class ResponseRuns:
                                                    body=orjson.dumps(final))
                 await self._tell_ended(owner, str(final.get("status")), request.response_id)
             finally:
-                core.admission.leave(owner)
+                leave()  # (its grant was released by the run's ending)
                 if not run.created.done():
                     run.created.set_result(None)
 
@@ -184,7 +201,8 @@ class ResponseRuns:
             generation = await sessions.start_detached(call, ctx, stream=stream, holds_admission=False)  # it holds one
         except BaseException:
             stream.close()
-            core.admission.leave(owner)
+            leave()
+            queueing.release(ctx)
             await settle_call(ctx, answered=False)
             await self.records.update_response(owner, request.response_id, status="failed", body=orjson.dumps(
                 run.ended_object("failed", error={"code": "not_started", "message": "the run could not start"})))
@@ -194,6 +212,25 @@ class ResponseRuns:
         self._progress.add(task)
         task.add_done_callback(self._progress.discard)
         return run, generation
+
+    async def _open(self, request: ResponsesRequest, ctx: RequestContext) -> EngineStream:
+        """The run's engine stream, once flow control lets it go; ``ClientLeft`` if its client left while it waited."""
+        core = self.core
+        task = asyncio.current_task()
+        watcher = DisconnectWatcher(ctx.receive, task.cancel).start()
+        try:
+            with EngineWait(ctx):
+                return await queueing.open_stream(core.relay.flow, core.engines, RESPONSES_PATH, request.engine_body,
+                                                  request=ctx, route=with_affinity(request.route, ctx))
+        except asyncio.CancelledError:
+            if watcher.disconnected and task.uncancel() == 0:
+                raise ClientLeft() from None  # out of the queue (or the engine request closed): nothing runs
+            raise
+        finally:
+            watcher.stop()
+            if watcher.disconnected:  # it left just as the stream opened: a background run goes on without it
+                while task.cancelling():
+                    task.uncancel()
 
     async def _mark_in_progress(self, owner: str, run: ResponsesRun) -> None:
         created = await run.created

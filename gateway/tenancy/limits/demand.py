@@ -21,23 +21,31 @@ def prompt_bound(text_bytes: int, messages: int = 1) -> int:
 
 
 def demand_for(*, key_id: str, limits: Limits, team: TeamLimits | None = None, end_user: str | None = None,
-               prompt_tokens: int, max_tokens: int) -> Demand:
-    """The demand of a request by key ``key_id`` (in ``team``), for ``end_user`` if an app acts for one."""
+               prompt_tokens: int, max_tokens: int, concurrency: bool = True) -> Demand:
+    """The demand of a request by key ``key_id`` (in ``team``), for ``end_user`` if an app acts for one.
+
+    ``concurrency`` False: the key's and team's ``max_concurrency`` are not the limiter's to count
+    (flow control holds them for a request that queues: it waits there instead of a 429 here).
+    """
     scopes: list[Scope] = []
-    if team is not None and not _own(team.limits).empty:
-        scopes.append(Scope(f"team:{team.id}", _own(team.limits)))
-    if not _own(limits).empty:
-        scopes.append(Scope(f"key:{key_id}", _own(limits)))
+    team_limits = _own(team.limits, concurrency) if team is not None else None
+    if team_limits is not None and not team_limits.empty:
+        scopes.append(Scope(f"team:{team.id}", team_limits))
+    key_limits = _own(limits, concurrency)
+    if not key_limits.empty:
+        scopes.append(Scope(f"key:{key_id}", key_limits))
     if end_user is not None and limits.end_user is not None and not limits.end_user.empty:
         scopes.append(Scope(f"user:{key_id}:{end_user}", limits.end_user))
     return Demand(scopes=tuple(scopes), tag=team.id if team is not None else key_id,
                   tokens=prompt_tokens + max(max_tokens, 0), min_tokens=prompt_tokens + 1)
 
 
-def _own(limits: Limits) -> ScopeLimits:
-    """A key's or team's limits without the ``end_user`` part (which applies to each end user)."""
-    if limits.end_user is None:
+def _own(limits: Limits, concurrency: bool = True) -> ScopeLimits:
+    """A key's or team's limits without the ``end_user`` part (which applies to each end user), and
+    without ``max_concurrency`` unless ``concurrency``."""
+    if limits.end_user is None and (concurrency or limits.max_concurrency is None):
         return limits
     # Built without validation (the fields were validated as the key's): this runs per request.
-    return ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm, max_concurrency=limits.max_concurrency,
+    return ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm,
+                                       max_concurrency=limits.max_concurrency if concurrency else None,
                                        budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)

@@ -90,7 +90,8 @@ async def test_answers_to_an_allowed_origin_name_it_and_expose_the_gateways_head
 
 async def test_a_429_from_admission_reaches_the_page_with_its_retry_after(make_settings, fake_engine):
     fake_engine.chunk_delay = 0.05  # a real server: httpx's in-process transport would buffer the stream whole
-    async with running_gateway(make_settings(api_keys=[READ_KEY], cors_origins=PAGE, max_inflight_per_key=1)) \
+    async with running_gateway(make_settings(api_keys=[READ_KEY], cors_origins=PAGE, max_inflight_per_key=1,
+                                             flow_control=False)) \
             as (base, _), fresh_client(base) as client:
         async with client.stream("POST", CHAT, json=chat_body(stream=True, max_tokens=400), headers=bearer(READ_KEY)):
             refused = await client.post(CHAT, json=chat_body(), headers={"origin": PAGE, **bearer(READ_KEY)})

@@ -72,7 +72,8 @@ async def test_keys_never_appear_in_metrics(make_settings):
 
 
 async def test_per_key_in_flight_limit_is_a_429_with_retry_after(make_settings, fake_engine):
-    settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], max_inflight_per_key=1)
+    settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], max_inflight_per_key=1,
+                             flow_control=False)  # (on: it waits; tests/gateway/flow/test_one_home.py)
     async with serving(settings) as client:
         fake_engine.mode = "hang"
         first = asyncio.create_task(client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY)))
@@ -90,7 +91,7 @@ async def test_per_key_in_flight_limit_is_a_429_with_retry_after(make_settings, 
 
 
 async def test_global_in_flight_limit(make_settings, fake_engine):
-    async with serving(make_settings(max_inflight=1)) as client:
+    async with serving(make_settings(max_inflight=1, flow_control=False)) as client:  # (on: it waits)
         fake_engine.mode = "hang"
         first = asyncio.create_task(client.post(CHAT, json=chat_body()))
         await until(lambda: len(fake_engine.received) == 1)

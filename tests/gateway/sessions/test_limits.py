@@ -17,7 +17,7 @@ from tests.support.waiting import until
 async def test_named_sessions_left_by_their_clients_still_count_against_the_per_key_cap(gateway, fake_engine):
     """One key opens named streams and drops each after its first event: the generations go on, and count."""
     fake_engine.chunk_delay = 0.02
-    async with gateway(max_inflight_per_key=4, cancel_after_disconnect_seconds=30) as (base, app), \
+    async with gateway(max_inflight_per_key=4, cancel_after_disconnect_seconds=30, flow_control=False) as (base, app), \
             fresh_client(base) as client:
         answers = []
         for i in range(8):
@@ -128,7 +128,7 @@ async def test_a_detached_generation_holds_an_admission_slot_until_it_ends(gatew
     from gateway.relay.call import StreamCall
 
     fake_engine.chunk_delay = 0.01
-    async with gateway(max_inflight_per_key=1) as (base, app), fresh_client(base) as client:
+    async with gateway(max_inflight_per_key=1, flow_control=False) as (base, app), fresh_client(base) as client:
         core = app.state.gateway
         body = orjson.dumps({**chat(100), "stream_options": {"include_usage": True}})
         request = RequestContext("req-bg", principal=LOCAL_PRINCIPAL)  # no client: nobody to answer
@@ -148,7 +148,7 @@ async def test_a_detached_generation_holds_an_admission_slot_until_it_ends(gatew
 async def test_a_key_at_its_cap_can_still_look_at_and_cancel_its_own_generation(gateway, fake_engine):
     """Cancel and state are control requests: never refused for the cap they exist to free, still owner-checked."""
     fake_engine.chunk_delay = 0.02
-    async with gateway(max_inflight_per_key=1, api_keys=[READ_KEY, OTHER_KEY]) as (base, app), \
+    async with gateway(max_inflight_per_key=1, api_keys=[READ_KEY, OTHER_KEY], flow_control=False) as (base, app), \
             fresh_client(base, headers=bearer(READ_KEY)) as client:
         async with client.stream("POST", "/v1/chat/completions", json=chat(2000, session_id="capped")) as stream:
             lines = stream.aiter_lines()

@@ -109,7 +109,17 @@ async def test_a_non_streamed_request_granted_less_than_asked_gets_a_lowered_out
     assert sent == 66
 
 
-async def test_max_concurrency_refuses_a_second_stream_while_the_first_is_in_flight(gateway, fake_engine):
+@pytest.fixture
+async def flow_off(make_settings):
+    """The gateway with FLOW_CONTROL=false: the limiter counts max_concurrency (on, the queue does)."""
+    async with serving(make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300,
+                                     flow_control=False)) as client:
+        yield client
+
+
+async def test_max_concurrency_refuses_a_second_stream_while_the_first_is_in_flight(flow_off, fake_engine):
+    """With flow control off; on, the second waits (tests/gateway/flow/test_one_home.py)."""
+    gateway = flow_off
     key = await new_key(gateway, limits={"max_concurrency": 1})
     model = await model_of(gateway)
     fake_engine.hold = asyncio.Event()

@@ -179,7 +179,8 @@ def test_bad_input_is_anthropics_400_naming_the_field(gateway_url, body, says):
 
 
 def test_gateway_side_errors_use_anthropics_envelope(vllm_engine, tmp_path):
-    settings = surface_settings(vllm_engine, tmp_path, max_body_bytes=4096, max_inflight_per_key=1)
+    settings = surface_settings(vllm_engine, tmp_path, max_body_bytes=4096, max_inflight_per_key=1,
+                                flow_control=False)  # (on, a request at the cap waits instead)
     with run_uvicorn(create_app(settings)) as url:
         claude = anthropic.Anthropic(base_url=url, api_key=KEY_A, max_retries=0)
         with pytest.raises(anthropic.AuthenticationError) as missing:

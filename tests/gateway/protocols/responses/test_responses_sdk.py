@@ -232,7 +232,7 @@ def test_a_key_at_its_cap_can_still_look_at_cancel_and_delete_its_background_run
     """Retrieve, cancel and delete free capacity, so admission never refuses them; following the events is a stream
     and counts."""
     engine = idle_vllm_engine
-    settings = surface_settings(engine, tmp_path, max_inflight_per_key=3)
+    settings = surface_settings(engine, tmp_path, max_inflight_per_key=3, flow_control=False)  # (on: they wait)
     with run_uvicorn(create_app(settings)) as url, httpx.Client(base_url=url, headers=headers(), timeout=60) as http:
         sdk = openai.OpenAI(base_url=url + "/v1", api_key=KEY_A, max_retries=0)
         # Each run holds a slot of its key until it ends (its create one more while it is answered).

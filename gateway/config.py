@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     # (a key's oldest beyond this are forgotten). Persistent stores keep none.
     session_memory_max_finished: int = Field(512, ge=0)
     # Live generations per API key, including those that run on after their client left
-    # (429 beyond). Empty: MAX_INFLIGHT_PER_KEY.
+    # (429 beyond). Empty: MAX_INFLIGHT_PER_KEY (plus FLOW_QUEUE_MAX_PER_KEY with flow control on).
     max_live_sessions_per_key: int | None = Field(None, ge=1)
     # Bytes of events not yet persisted (a store that is down or slow) beyond which new
     # streams are refused (503) until the store catches up; memory stays bounded.

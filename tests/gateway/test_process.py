@@ -182,7 +182,8 @@ async def test_500_concurrent_streams_then_memory_returns_near_its_start(fake_en
         resource.setrlimit(resource.RLIMIT_NOFILE, (4096 if hard == resource.RLIM_INFINITY else min(hard, 4096), hard))
     database = f"sqlite+aiosqlite:///{tmp_path}/gw.db"
     gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", DATABASE_URL=database, API_KEYS=",".join(BURST_KEYS),
-                                   MAX_INFLIGHT="500", METRICS_REQUIRE_AUTH="false").start()
+                                   MAX_INFLIGHT="500", METRICS_REQUIRE_AUTH="false",
+                                   FLOW_CONTROL="false").start()  # (on, the 20 would wait for a slot, not 429)
     pid = gateway.process.pid
     connector = aiohttp.TCPConnector(limit=0)
     try:

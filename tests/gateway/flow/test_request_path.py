@@ -220,3 +220,43 @@ async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(priori
             if name.startswith("running-"):
                 await streams.stop(name)
         await streams.tasks["inside"]
+
+
+async def test_a_background_response_waits_in_the_gateway_queue_behind_an_interactive_request(priority_engine,
+                                                                                              tmp_path):
+    """A background run (``background: true``) used to open its engine request at once, whatever waited."""
+    settings = flow_settings(priority_engine, tmp_path, session_store="memory")
+    async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
+            asyncio.timeout(DEADLINE):
+        interactive_key = await new_key(client, base_url, "chat app", priority="interactive")
+        streams = Streams(client, base_url, priority_engine)
+        await saturate(streams, app, READ_KEY)
+        streams.start("interactive", interactive_key, 4)
+        await queued(client, base_url, 1, "interactive")
+        order = streams.first
+
+        async def background() -> httpx.Response:
+            body = {"model": priority_engine.model, "input": "Background work.", "max_output_tokens": 4,
+                    "temperature": 0, "background": True}
+            answer = await client.post(f"{base_url}/v1/responses", json=body,
+                                       headers=bearer(READ_KEY) | {"x-priority": "batch"})
+            order.append("background")  # its POST answers once the run was let go
+            return answer
+
+        started = asyncio.create_task(background())
+        await queued(client, base_url, 1, "batch")  # in the gateway's queue, in the band it asked for
+        await streams.stop("running-0")  # slots free one by one: the interactive request goes first
+        answer = await started
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] in ("queued", "in_progress") and int(answer.headers["x-queue-wait-ms"]) > 0
+        assert await streams.tasks["interactive"] == 200
+        await streams.stop("running-1")
+        await streams.tasks["inside"]
+        response_id = answer.json()["id"]
+
+        async def finished() -> bool:
+            found = await client.get(f"{base_url}/v1/responses/{response_id}", headers=bearer(READ_KEY))
+            return found.json()["status"] in ("completed", "incomplete")  # (incomplete: its max_output_tokens)
+        await until(finished, DEADLINE, what="the background run ended", interval=0.1)
+        assert app.state.gateway.relay.flow.scheduler.caps.held == 0  # its grant came back at its end
+    assert order.index("interactive") < order.index("background"), order

@@ -261,5 +261,6 @@ def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any,
                                      metrics=metrics, others=admission)
     engine_state.on_change(flow.capacity_changed)
     if admission is not None:
-        admission.defer(QUEUED_ROUTES, flow.capacity_changed)
+        # (The scheduler's own: a no-op while nothing waits, since it runs at the end of every request.)
+        admission.defer(QUEUED_ROUTES, flow.scheduler.capacity_changed)
     return flow

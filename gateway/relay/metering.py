@@ -74,12 +74,13 @@ class Meter:
         self.queued_paths: frozenset[str] = frozenset()  # their max_concurrency is flow control's (it waits there)
 
     async def admit(self, request: RequestContext, path: str, body: bytes | None, *,
-                    payload: dict | None = None, stream: bool = False) -> Metered | None:
+                    payload: dict | None = None, stream: bool = False, queues: bool = False) -> Metered | None:
         """Admit ``request``'s call of ``path``; the ``Metered`` it holds (also ``request.get(Metered)``).
 
         ``payload``: the body already parsed (a feature's dict); it is changed in place when
         its output limit is lowered. Raises a ``Failure`` for a refusal (nothing reserved).
-        None for a path that is no inference.
+        None for a path that is no inference. ``queues``: the call then waits in flow control,
+        which holds its ``max_concurrency`` (for ``queued_paths``).
         """
         if path not in INFERENCE_PATHS:
             return None
@@ -100,7 +101,7 @@ class Meter:
             end_user = principal.subject if getattr(principal, "is_end_user", False) else None
             demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
                                 prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens,
-                                concurrency=path not in self.queued_paths)
+                                concurrency=not (queues and path in self.queued_paths))
             try:
                 reservation = await self.limiter.admit(demand)
             except RateLimited as refusal:
@@ -294,7 +295,7 @@ async def admit_call(request: RequestContext, meter: Meter | None, path: str, bo
     admitted = request.get(Metered)
     if meter is None or (admitted is not None and not admitted.settled):  # (admitted by the protocol itself)
         return body
-    metered = await meter.admit(request, path, body, stream=stream)
+    metered = await meter.admit(request, path, body, stream=stream, queues=True)  # (the relays acquire next)
     return metered.body(body) if metered is not None else body
 
 

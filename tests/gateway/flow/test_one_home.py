@@ -142,6 +142,33 @@ def test_the_limiters_demand_leaves_max_concurrency_out_when_flow_control_holds_
         [("key:k", None, 10)]  # the team had nothing else: no scope of its own
 
 
+async def test_the_meter_leaves_max_concurrency_to_the_flow_only_for_calls_that_queue():
+    from gateway.failures import LimitReached
+    from gateway.http.auth import Principal
+    from gateway.http.context import RequestContext
+    from gateway.relay.metering import Meter
+    from gateway.tenancy.limits.limiter import Limiter
+    from gateway.tenancy.limits.local import LocalLimits
+
+    meter = Meter(Limiter(local=LocalLimits()), ledger=None)
+    meter.queued_paths = frozenset({CHAT})
+    principal = Principal(key_id="k", role="read", limits=Limits(max_concurrency=1))
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
+
+    def request() -> RequestContext:
+        return RequestContext("req", principal=principal)
+
+    relayed = [await meter.admit(request(), CHAT, body, queues=True) for _ in range(3)]  # the flow holds them
+    assert all(metered is not None for metered in relayed)
+    held = await meter.admit(request(), CHAT, body)  # the code API's call never queues: the limiter counts it
+    with pytest.raises(LimitReached):
+        await meter.admit(request(), CHAT, body)
+    with pytest.raises(LimitReached):  # nor does an embedding: the limiter's count, shared with the code API's
+        await meter.admit(request(), "/v1/embeddings", b'{"model": "m", "input": "hi"}', queues=True)
+    await held.settle(answered=False)
+    assert await meter.admit(request(), CHAT, body) is not None
+
+
 # --- through the app, in front of the fake engine -------------------------------------------------
 async def new_key(client, **body) -> str:
     answer = await client.post("/admin/keys", json={"name": "app", **body}, headers=bearer(WRITE_KEY))

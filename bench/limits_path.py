@@ -8,7 +8,10 @@ One gateway process (``python -m gateway``, SQLite, ``REDIS_URL`` on a throw-awa
 keys differ only in their limits: ``unlimited`` (no limits: admission costs one object, no
 I/O, the ledger still records it) and ``limited`` (rpm, tpm, concurrency and a daily budget,
 all far above the load, so nothing is refused: the cost of checking them on Redis, reserving,
-counting a stream's reads and settling). The rounds alternate the keys, non-streamed and
+counting a stream's reads and settling); a third, ``end_user``, has the same limits and the
+same again for each end user, and its requests name one of ``END_USERS`` end users in OpenAI's
+``user`` field (the cost of finding and labelling the end user and of its scope in the same
+Redis script: compare it with ``limited``). The rounds alternate the keys, non-streamed and
 streamed chat completions (16 tokens); the figure is the gateway process's CPU time (user +
 system) per request over the round, median of the rounds. The machine is shared: read the
 ratio within the run, not the absolute times.
@@ -37,6 +40,7 @@ from bench.procs import free_port
 ADMIN_KEY = "sk-bench-admin-0123456789abcdef"
 LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "budget_tokens": 10**12, "budget_period": "day"}
 MODEL = "fake-model"
+END_USERS = 100  # distinct end users the end_user key's requests cycle through
 
 
 def start(argv: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
@@ -59,13 +63,16 @@ async def wait_ready(url: str, timeout: float = 60) -> None:
 
 
 async def one_round(client: httpx.AsyncClient, gateway: psutil.Process, key: str, *, stream: bool,
-                    requests: int, concurrency: int) -> float:
+                    requests: int, concurrency: int, end_users: bool = False) -> float:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16,
             "stream": stream}
     headers = {"authorization": f"Bearer {key}"}
+    sent = iter(range(10**9))
 
     async def task(count: int) -> None:
         for _ in range(count):
+            if end_users:
+                body["user"] = f"user-{next(sent) % END_USERS}@example.com"
             answer = await client.post("/v1/chat/completions", json=body, headers=headers)
             await answer.aread()
             assert answer.status_code == 200, answer.text
@@ -94,26 +101,31 @@ async def run(args: argparse.Namespace) -> dict:
         async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
             admin = {"authorization": f"Bearer {ADMIN_KEY}"}
             keys = {}
-            for name, body in (("unlimited", {}), ("limited", {"limits": LIMITS})):
+            for name, body in (("unlimited", {}), ("limited", {"limits": LIMITS}),
+                               ("end_user", {"limits": LIMITS | {"end_user": LIMITS}})):
                 created = await client.post("/admin/keys", json={"name": name, **body}, headers=admin)
                 created.raise_for_status()
                 keys[name] = created.json()["key"]
             process = psutil.Process(gateway.pid)
-            for key in keys.values():  # warm: the key cache, the connections, the Lua scripts
-                await one_round(client, process, key, stream=False, requests=200, concurrency=args.concurrency)
+            for name, key in keys.items():  # warm: the key cache, the connections, the Lua scripts
+                await one_round(client, process, key, stream=False, requests=200, concurrency=args.concurrency,
+                                end_users=name == "end_user")
             results: dict = {}
             for stream in (False, True):
                 samples: dict[str, list[float]] = {name: [] for name in keys}
                 for _ in range(args.rounds):
                     for name, key in keys.items():
                         samples[name].append(await one_round(client, process, key, stream=stream,
-                                                             requests=args.requests, concurrency=args.concurrency))
+                                                             requests=args.requests, concurrency=args.concurrency,
+                                                             end_users=name == "end_user"))
                 medians = {name: statistics.median(values) for name, values in samples.items()}
                 results["streamed" if stream else "non-streamed"] = {
                     "median_us": medians, "samples_us": {name: [round(v, 1) for v in values]
                                                          for name, values in samples.items()},
                     "added_us": medians["limited"] - medians["unlimited"],
-                    "ratio": medians["limited"] / medians["unlimited"]}
+                    "ratio": medians["limited"] / medians["unlimited"],
+                    "end_user_added_us": medians["end_user"] - medians["limited"],
+                    "end_user_ratio": medians["end_user"] / medians["limited"]}
         return {"requests": args.requests, "rounds": args.rounds, "concurrency": args.concurrency,
                 "load_average": os.getloadavg(), "results": results}
     finally:
@@ -130,11 +142,13 @@ async def run(args: argparse.Namespace) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"Gateway CPU per request, median of {report['rounds']} rounds of {report['requests']} requests at "
              f"concurrency {report['concurrency']} (load average {report['load_average'][0]:.1f}):", "",
-             "| request | unlimited key | limited key (Redis) | added | ratio |", "|---|---|---|---|---|"]
+             "| request | unlimited key | limited key (Redis) | added | ratio | + end-user limits | added | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
     for kind, figures in report["results"].items():
         median = figures["median_us"]
         lines.append(f"| {kind} | {median['unlimited']:.1f} µs | {median['limited']:.1f} µs | "
-                     f"{figures['added_us']:+.1f} µs | {figures['ratio']:.3f}x |")
+                     f"{figures['added_us']:+.1f} µs | {figures['ratio']:.3f}x | {median['end_user']:.1f} µs | "
+                     f"{figures['end_user_added_us']:+.1f} µs | {figures['end_user_ratio']:.3f}x |")
     return "\n".join(lines) + "\n"
 
 

@@ -64,6 +64,7 @@ from gateway.protocols.responses.dialect import ending_dialect
 from gateway.protocols.responses.records import make_records
 from gateway.protocols.responses.routes import ResponsesAPI
 from gateway.relay.call import Relay, StreamBackend
+from gateway.relay.end_users import EndUsers
 from gateway.relay.live import LiveRuns
 from gateway.relay.metering import Meter
 from gateway.relay.plain import PlainRelay
@@ -158,7 +159,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     tenancy = Tenancy(settings, database)  # keys in the database, limits, the usage ledger (docs/keys.md)
     flow = queueing.flow_control(settings, engines, engine_state, metrics)  # None with FLOW_CONTROL off
     relay = Relay(engines=engines, metrics=metrics, keepalive_seconds=settings.sse_keepalive_seconds, live=LiveRuns(),
-                  flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model))
+                  flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model,
+                                         end_users=EndUsers(secret_from_settings(settings))))
     sessions = _session_manager(settings, relay, engine_state, admission)
     metrics.session_store_backlog_limit.set(settings.session_max_unpersisted_bytes)
     if sessions is not None and sessions.persistence is not None:

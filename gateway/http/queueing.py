@@ -58,9 +58,16 @@ _TOTAL = re.compile(rb'"total_tokens"\s*:\s*(\d{1,12})')
 _IN_OUT = re.compile(rb'"(?:input|output)_tokens"\s*:\s*(\d{1,12})')
 
 
-def refusal_error(refusal: QueueRefused) -> GatewayError:
+class QueueRefusal(GatewayError):
+    """The queue refused the request (429: its own limit; 503: the fleet is full): no engine was asked.
+
+    Counted as the gateway's refusal (``gateway_rejected_total{reason=<code>}``), never as an upstream error.
+    """
+
+
+def refusal_error(refusal: QueueRefused) -> QueueRefusal:
     status = 429 if refusal.own_limit else 503
-    return GatewayError(status, refusal.message, code=_CODES.get(refusal.reason, refusal.reason),
+    return QueueRefusal(status, refusal.message, code=_CODES.get(refusal.reason, refusal.reason),
                         headers={"retry-after": str(refusal.retry_after)})
 
 

@@ -38,6 +38,7 @@ import orjson
 from gateway.failures import Failure, LimitReached, Unavailable
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
+from gateway.relay.end_users import EndUsers
 from gateway.tenancy.errors import LimiterUnavailable
 from gateway.tenancy.limits.demand import demand_for
 from gateway.tenancy.limits.estimate import Estimate, estimate
@@ -67,9 +68,10 @@ class Meter:
     """The limiter and the ledger as the request path uses them (one per process, on ``Relay``)."""
 
     def __init__(self, limiter: Limiter, ledger: UsageLedger, *,
-                 resolve_model: Callable[[str], str | None] | None = None) -> None:
+                 resolve_model: Callable[[str], str | None] | None = None, end_users: EndUsers | None = None) -> None:
         self.limiter = limiter
         self.ledger = ledger
+        self.end_users = end_users or EndUsers()  # labels end users for their limits (the key-id secret)
         self.resolve_model = resolve_model  # an alias in a key's models list -> the served name
 
     async def admit(self, request: RequestContext, path: str, body: bytes | None, *,
@@ -96,7 +98,8 @@ class Meter:
                 self._check_model(est.model, models)
         metered = Metered(self, request, path, est)
         if limited:
-            end_user = principal.subject if getattr(principal, "is_end_user", False) else None
+            # Each end user within the key's limits (relay.end_users: a token's user, else the body's `user`).
+            end_user = self.end_users.label(principal, payload, path) if limits.end_user is not None else None
             demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
                                 prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens)
             try:

@@ -26,6 +26,7 @@ from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.errors import send_error
 from gateway.relay.call import Relay, with_affinity
 from gateway.relay.metering import admit_call, settle_answer, settle_call
+from gateway.relay.refusals import count_failure, count_refusal
 from gateway.tracing import hooks as tracing
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -40,7 +41,11 @@ async def relay_json(request: RequestContext, relay: Relay, method: str, path: s
                      count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
                      on_success: SuccessHook | None = None) -> None:
     """Send ``body`` to the engine's ``path`` and answer ``request`` with what it answers."""
-    body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+    try:
+        body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+    except Failure as error:
+        count_refusal(relay.metrics, error)
+        raise
     try:
         await _relay(request, relay, method, path, body, count_usage=count_usage, route=route,
                      content_type=content_type, on_success=on_success)
@@ -64,7 +69,7 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
             return  # the client left: the engine request is closed, vLLM aborts
         raise
     except Failure as error:
-        metrics.upstream_errors.labels(error.code or getattr(error, "kind", "error")).inc()
+        count_failure(metrics, error)  # (the queue's refusals are the gateway's, not the engine's)
         await send_error(request.error_shape, error, request.send)
         return
     finally:

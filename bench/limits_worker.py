@@ -4,10 +4,11 @@
         [--settle-used N] [--end-user LABEL] [--wait-for-go]
 
 Its own Redis client and limiter, ``--tasks`` coroutines each asking ``--requests`` times
-(admit, then settle with ``--settle-used`` tokens if given), for ``--end-user`` (its label) if given. With ``--wait-for-go`` it prints
-``ready`` once connected and starts when a line arrives on its standard input, so several
-processes begin together. Prints one JSON line: admitted, refused, the tokens granted and
-settled, and the CPU seconds the process spent inside the limiter calls' loop.
+(admit, then settle with ``--settle-used`` tokens if given), for the end user ``--end-user``
+(its label) if given. With ``--wait-for-go`` it prints ``ready`` once connected and starts
+when a line arrives on its standard input, so several processes begin together. Prints one
+JSON line: admitted, refused (by reason and by scope), the tokens granted and settled, and the
+CPU seconds the process spent inside the limiter calls' loop.
 Used by tests/gateway/tenancy/test_across_processes.py and bench/limits.py.
 """
 

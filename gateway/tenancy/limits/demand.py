@@ -34,10 +34,26 @@ def demand_for(*, key_id: str, limits: Limits, team: TeamLimits | None = None, e
                   tokens=prompt_tokens + max(max_tokens, 0), min_tokens=prompt_tokens + 1)
 
 
+_OWN_MAX = 10_000
+_own_limits: dict[int, tuple[Limits, ScopeLimits]] = {}  # id of a key's Limits -> (it, its own part)
+
+
 def _own(limits: Limits) -> ScopeLimits:
-    """A key's or team's limits without the ``end_user`` part (which applies to each end user)."""
+    """A key's or team's limits without the ``end_user`` part (which applies to each end user).
+
+    Kept per ``Limits`` object (a resolved key keeps its own while it is cached): one object per
+    key, not one per request, because the Redis limiter looks each demand's scopes up by hash
+    and a new pydantic object hashes and compares an order of magnitude slower than the same one.
+    """
     if limits.end_user is None:
         return limits
-    # Built without validation (the fields were validated as the key's): this runs per request.
-    return ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm, max_concurrency=limits.max_concurrency,
-                                       budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)
+    kept = _own_limits.get(id(limits))
+    if kept is not None and kept[0] is limits:
+        return kept[1]
+    # Built without validation (the fields were validated as the key's).
+    own = ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm, max_concurrency=limits.max_concurrency,
+                                      budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)
+    if len(_own_limits) >= _OWN_MAX:
+        _own_limits.clear()
+    _own_limits[id(limits)] = (limits, own)  # (holding ``limits`` keeps its id from being reused meanwhile)
+    return own

@@ -8,7 +8,7 @@ and the app key chatting for that same user (``user_id``) is counted as that use
 
 from __future__ import annotations
 
-from tests.marketplace.support import WRITE, add_user, client, database_url, fake_engine, settings  # noqa: F401
+from tests.marketplace.support import WRITE, add_user, client, database_url, fake_engine, settings
 
 
 def bearer(token: str) -> dict:

@@ -7,7 +7,9 @@ out (a replica died: its batches are taken over), and moves each of its batches 
 - ``validating``: the input file is read and checked (``validation``), its lines stored;
   then ``in_progress``, or ``failed`` with every problem's line number;
 - ``in_progress``: pending lines are claimed and run, at most ``BATCH_CONCURRENCY`` at once on
-  this replica; past the completion window the lines not started expire;
+  this replica, each slot taking its next line as its result is recorded (results and claims
+  in groups, one transaction each: ``groups``); past the completion window the lines not
+  started expire;
 - ``cancelling``: lines not started are cancelled, running ones finish;
 - then ``finalizing``: the output and error files are written and the batch ends
   (``completed``, ``cancelled``, ``expired``) with its webhook event in the same transaction.

@@ -179,7 +179,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     anthropic = AnthropicMessages(core)
     gateway = Gateway(core, openai, key_store=tenancy.store)
     # Files, batches and webhooks (docs/batches.md).
-    jobs = OfflineJobs(core, database, record_usage=tenancy.ledger.record) if settings.batches_enabled else None
+    jobs = OfflineJobs(core, database, key_store=tenancy.store) if settings.batches_enabled else None
     if jobs is not None:  # background Responses' ends become response.* webhook events
         responses.runs.on_ended = jobs.response_ended
     factories = selected(settings.features, installed_features() if features is None else features)

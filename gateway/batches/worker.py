@@ -7,7 +7,9 @@ out (a replica died: its batches are taken over), and moves each of its batches 
 - ``validating``: the input file is read and checked (``validation``), its lines stored;
   then ``in_progress``, or ``failed`` with every problem's line number;
 - ``in_progress``: pending lines are claimed and run, at most ``BATCH_CONCURRENCY`` at once on
-  this replica; past the completion window the lines not started expire;
+  this replica, each slot taking its next line as its result is recorded (results and claims
+  in groups, one transaction each: ``groups``); past the completion window the lines not
+  started expire;
 - ``cancelling``: lines not started are cancelled, running ones finish;
 - then ``finalizing``: the output and error files are written and the batch ends
   (``completed``, ``cancelled``, ``expired``) with its webhook event in the same transaction.
@@ -28,6 +30,7 @@ import orjson
 
 from gateway.batches import results
 from gateway.batches.executor import LineExecutor, error_body
+from gateway.batches.groups import LineGroups
 from gateway.batches.model import (
     CANCELLING,
     ERRORED,
@@ -42,6 +45,7 @@ from gateway.batches.model import (
     SUCCEEDED,
     VALIDATING,
     BatchRecord,
+    Finished,
     LineResult,
     LineRun,
 )
@@ -74,8 +78,9 @@ class BatchWorker:
         self.replica = replica or secrets.token_hex(8)
         self.held: dict[str, int] = {}  # batch id -> the epoch of our lease
         self.tasks: dict[str, set[asyncio.Task]] = {}  # batch id -> its lines running here
+        self.groups: dict[str, LineGroups] = {}  # batch id -> where its slots' results go (``groups``)
         self.wake = asyncio.Event()
-        # One claim at a time on this replica (the round's and the slots' own, ``_next_line``): two
+        # One claim at a time on this replica (the round's and the groups' of the slots): two
         # claims of one batch at once could both read a line as pending. (Replicas never claim
         # lines of one batch at once: only the lease's holder does.)
         self._claiming = asyncio.Lock()
@@ -98,7 +103,9 @@ class BatchWorker:
         every = [task for tasks in self.tasks.values() for task in tasks]
         for task in every:
             task.cancel()
-        await asyncio.gather(*every, return_exceptions=True)
+        writers = [groups.close() for groups in self.groups.values()]
+        self.groups.clear()
+        await asyncio.gather(*every, *(writer for writer in writers if writer is not None), return_exceptions=True)
         for batch_id, epoch in list(self.held.items()):
             with contextlib.suppress(StoreUnavailable):
                 await self.store.release(batch_id, self.replica, epoch)
@@ -140,6 +147,9 @@ class BatchWorker:
         self.held.pop(batch_id, None)
         for task in self.tasks.pop(batch_id, set()):
             task.cancel()
+        groups = self.groups.pop(batch_id, None)
+        if groups is not None:
+            groups.close()
 
     async def _step(self, batch_id: str, epoch: int) -> None:
         record = await self.store.load(batch_id)
@@ -157,6 +167,7 @@ class BatchWorker:
             await self._end(record, epoch)
         else:
             self.held.pop(batch_id, None)
+            self.groups.pop(batch_id, None)
 
     # --- validating --------------------------------------------------------------------------
     async def _validate(self, record: BatchRecord, epoch: int) -> None:
@@ -222,8 +233,9 @@ class BatchWorker:
             if free > 0:
                 async with self._claiming:
                     runs = await self.store.claim(record.id, epoch, record.endpoint, free)
+                groups = self._groups(record, epoch) if runs else None
                 for run in runs:
-                    task = asyncio.create_task(self._run_line(run, record), name=f"batch-line-{run.line}")
+                    task = asyncio.create_task(self._run_line(run, record, groups), name=f"batch-line-{run.line}")
                     self.tasks.setdefault(record.id, set()).add(task)
                     task.add_done_callback(lambda done, batch_id=record.id: self._line_done(batch_id, done))
         await self._finalize_when_idle(record, epoch, record.ended_as or "completed", only_from=(IN_PROGRESS,))
@@ -247,41 +259,31 @@ class BatchWorker:
             log.warning("a batch line failed: %s", type(task.exception()).__name__)
         self.wake.set()
 
-    async def _run_line(self, run: LineRun | None, record: BatchRecord) -> None:
-        """Run ``run``, then the batch's next pending lines in the same slot, until none is left to take."""
+    async def _run_line(self, run: LineRun | None, record: BatchRecord, groups: LineGroups) -> None:
+        """Run ``run``, then the batch's next pending lines in the same slot, until none is left to take.
+
+        Each result goes to the store with the group of results that end about then, and the
+        slot's next line comes back from the same transaction (``groups``): no round in between,
+        so the engines stay as busy as ``BATCH_CONCURRENCY`` allows."""
         while run is not None:
-            await self._settle_line(run, record)
-            run = await self._next_line(record, run.epoch)
+            result = await self._answer(run, record.owner)
+            run = await groups.finish(finished(run, result), wants_next=self._takes_more(record, run.epoch))
 
-    async def _next_line(self, record: BatchRecord, epoch: int) -> LineRun | None:
-        """The batch's next pending line, taken at once in the slot that just freed (no round in
-        between, so the engines stay as busy as ``BATCH_CONCURRENCY`` allows); None when the batch
-        is no longer ours, has expired, or has nothing pending (the store checks the lease, the
-        epoch and ``in_progress``: a cancelled batch takes no more)."""
-        if self.held.get(record.id) != epoch or time.time() >= record.expires_at \
-                or self.running > self.settings.batch_concurrency:
-            return None
-        try:
-            async with self._claiming:
-                runs = await self.store.claim(record.id, epoch, record.endpoint, 1)
-        except StoreUnavailable:
-            return None
-        return runs[0] if runs else None
+    def _takes_more(self, record: BatchRecord, epoch: int) -> bool:
+        """Whether a slot that just freed takes another line of ``record``: not when the batch is no
+        longer ours, has expired, or this replica runs more than ``BATCH_CONCURRENCY`` (the store
+        checks the lease, the epoch and ``in_progress`` again: a cancelled batch takes no more)."""
+        return self.held.get(record.id) == epoch and time.time() < record.expires_at \
+            and self.running <= self.settings.batch_concurrency
 
-    async def _settle_line(self, run: LineRun, record: BatchRecord) -> None:
-        result = await self._answer(run, record.owner)
-        outcome = SUCCEEDED if 200 <= result.status_code < 300 else ERRORED
-        response = orjson.dumps(result.body).decode()
-        used = usage_of(result.body)
-        delay = RETRY_BASE_SECONDS
-        while True:  # the answer is kept until the store takes it (or the batch is lost)
-            try:
-                await self.store.finish(run, outcome=outcome, status_code=result.status_code, response=response,
-                                        error=None, usage=(used.prompt, used.completion))
-                return
-            except StoreUnavailable:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+    def _groups(self, record: BatchRecord, epoch: int) -> LineGroups:
+        groups = self.groups.get(record.id)
+        if groups is None or groups.epoch != epoch:
+            async def write(results: list[Finished], count: int) -> list[LineRun]:
+                async with self._claiming:
+                    return await self.store.record_and_claim(record.id, epoch, record.endpoint, results, count)
+            groups = self.groups[record.id] = LineGroups(write, epoch=epoch, name=f"batch-results-{record.id}")
+        return groups
 
     async def _answer(self, run: LineRun, owner: str) -> LineResult:
         attempts = self.settings.batch_line_max_attempts
@@ -305,3 +307,12 @@ class BatchWorker:
         await self.store.end(record, epoch, status=record.ended_as or "completed", output_file_id=output_file_id,
                              error_file_id=error_file_id)
         self.held.pop(record.id, None)
+
+
+def finished(run: LineRun, result: LineResult) -> Finished:
+    """A line's result as the store keeps it: its outcome, its answer, its usage."""
+    used = usage_of(result.body)
+    return Finished(run, SUCCEEDED if 200 <= result.status_code < 300 else ERRORED, result.status_code,
+                    orjson.dumps(result.body).decode(),
+                    orjson.dumps(result.error).decode() if result.error is not None else None,
+                    (used.prompt, used.completion))

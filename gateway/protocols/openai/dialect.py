@@ -4,7 +4,8 @@ vLLM sends one ``data: {...}`` event per decode step and, when asked with
 ``stream_options.include_usage``, a last chunk with ``"choices":[]`` and the usage. The
 gateway always asks for it (per-key accounting) and drops it again for clients that did
 not. Tracking is cheap by default: a few byte searches per event, JSON decoded only for the
-usage chunk, or for every event when a caller wants the text (the marketplace stores the
+usage chunk and the chunk that ends choice 0 (its finish reason, for the trace), or for every
+event when a caller wants the text (the marketplace stores the
 answer it streamed). Chunks with reasoning get it under both of its names (``reasoning``).
 """
 
@@ -21,6 +22,9 @@ from gateway.relay.sse import SEPARATOR, event_json, split_events
 DONE = b"data: [DONE]"
 DONE_FRAME_TAIL = DONE + b"\n\n"
 ROLE_FIELD = b'"role":"assistant"'
+# A chunk that ends a choice: vLLM writes '"finish_reason":null' in every other chunk, and JSON
+# escapes the quotes inside strings, so this only ever marks a real finish reason.
+FINISH_FIELD = b'"finish_reason":"'
 # finish_reason of the chunk that ends a cancelled generation (not an OpenAI value: clients
 # that switch on finish_reason see something they can tell apart from "stop" and "length").
 CANCELLED_FINISH_REASON = "cancelled"
@@ -63,6 +67,8 @@ class OpenAITracker:
         if self._collect_text:
             kept = self.accept_events(split_events(block))
             return SEPARATOR.join(kept) + SEPARATOR if kept else b""
+        if FINISH_FIELD in block:  # once per choice in a stream (the trace's finish reasons)
+            self._note_finish(block)
         # Most reads carry content chunks only: nothing to read in them, nothing to change.
         # vLLM's usage-only chunk and [DONE] are a stream's last two events, so a block
         # holds them only among its own last two: look there, not through a block that may
@@ -116,6 +122,17 @@ class OpenAITracker:
             if self._collect_text:
                 self._read_choice(event)
         return kept
+
+    def _note_finish(self, block: bytes) -> None:
+        """Choice 0's finish reason, from the events of ``block`` that carry one (decoded only those)."""
+        for event in split_events(block):
+            if FINISH_FIELD not in event:
+                continue
+            data = event_json(event)
+            for choice in (data.get("choices") or ()) if data is not None else ():
+                if isinstance(choice, dict) and choice.get("index", 0) == 0 \
+                        and isinstance(choice.get("finish_reason"), str):
+                    self._result.finish_reason = choice["finish_reason"]
 
     def _read_choice(self, event: bytes) -> None:
         data = event_json(event)

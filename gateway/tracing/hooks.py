@@ -12,9 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import orjson
-
-from gateway.tracing.conventions import operation_of
+from gateway.tracing.conventions import json_object, operation_of
 from gateway.tracing.metrics import GenAIMetrics
 from gateway.tracing.request import RequestTrace
 
@@ -98,7 +96,9 @@ def unary_started(request, path: str, body: bytes | None) -> None:
     """A non-streamed relay starts: a GenAI call if its path is one."""
     trace = request.get(RequestTrace)
     if trace is not None and trace.recording:
-        trace.generation(path, _model_of(body), body)
+        data = json_object(body)  # (once: its model and its parameters)
+        model = data.get("model") if data is not None else None
+        trace.generation(path, model if isinstance(model, str) else None, body, data=data or {})
 
 
 def unary_answered(request, status: int, answer: bytes, path: str, route, metrics: GenAIMetrics,
@@ -112,13 +112,3 @@ def unary_answered(request, status: int, answer: bytes, path: str, route, metric
     if trace is not None:
         trace.answered(status, answer)
 
-
-def _model_of(body: bytes | None) -> str | None:
-    if not body or body[:1] != b"{":
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, str) else None

@@ -22,7 +22,7 @@ from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from gateway.tracing.conventions import operation_of, request_attributes, response_attributes
+from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
 
 
 class RequestTrace:
@@ -47,9 +47,10 @@ class RequestTrace:
         return self.span.is_recording()
 
     # --- what the protocol asked ----------------------------------------------------------
-    def generation(self, path: str, model: str | None, body: bytes | None, *, session_id: str | None = None,
-                   streamed: bool = False) -> None:
-        """A GenAI call: the span gets its conventional name and the request's parameters."""
+    def generation(self, path: str, model: str | None, body: bytes | None, *, data: dict | None = None,
+                   session_id: str | None = None, streamed: bool = False) -> None:
+        """A GenAI call: the span gets its conventional name and the request's parameters
+        (``data``: the body already decoded, else it is decoded here, only when recorded)."""
         operation = operation_of(path)
         if operation is None:
             return
@@ -59,7 +60,7 @@ class RequestTrace:
             return
         span.update_name(f"{operation} {model}" if model else operation)
         attributes = self.tracing.conventions.base(operation, model)
-        attributes.update(request_attributes(body))
+        attributes.update(request_attributes(data if data is not None else json_object(body)))
         if streamed:
             attributes["gen_ai.request.stream"] = True
         if session_id is not None:

@@ -10,7 +10,9 @@ the server span: the engine it went to (``server.address``), why (the routing po
 reason, the chosen engine's load score and the runner-up's), the attempt; its context is
 the ``traceparent`` sent to the engine, so vLLM's own spans hang under it. A failed attempt
 ends its span with the failure; a stream continued on another engine ends the broken call's
-span and adds a ``gateway.continuation`` event to the server span.
+span and adds a ``gateway.continuation`` event to the server span. Before the engine, flow
+control's wait (``queued``: a ``queue`` child span when the request waited) and, beside it, the
+session store's flushes of the request's events (``stored``: one event per flush) land here too.
 
 Never a prompt, a completion, a key or an end user's id.
 """

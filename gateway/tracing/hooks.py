@@ -21,6 +21,12 @@ def trace_of(request) -> RequestTrace | None:
     return request.get(RequestTrace) if request is not None else None
 
 
+def recorded(request) -> bool:
+    """Whether ``request``'s spans are recorded (traced and sampled): worth reading more for."""
+    trace = request.get(RequestTrace)
+    return trace is not None and trace.span.is_recording()
+
+
 def trace_id(request) -> str | None:
     """The request's trace id (for its log lines), if it is traced."""
     trace = request.get(RequestTrace)

@@ -129,3 +129,35 @@ async def test_a_sessions_store_writes_are_on_its_trace_once_per_flush(make_sett
     assert all(attributes["gateway.session.write_ms"] >= 0 and "error.type" not in attributes
                for attributes, _ in writes)
     assert len(writes) <= streamed  # per flush, not per event
+
+
+async def test_a_failed_store_write_is_on_the_trace_and_the_retry_too(make_settings, receiver, tmp_path):
+    settings = make_settings(**traced(receiver), session_store="sqlite",
+                             sessions_database_url=f"sqlite+aiosqlite:///{tmp_path}/sessions.db")
+    async with serving(settings) as client:
+        store = client.app.state.sessions.store
+
+        async def failing(batch):
+            raise OSError("disk unplugged")
+
+        writes, store.write = store.write, failing
+        response = await client.post("/v1/chat/completions", json=chat(stream=True, session_id="unlucky"))
+        assert response.status_code == 200
+        trace_id = response.headers["x-trace-id"]
+
+        def failed(spans):
+            mine = [span for span in spans if span.trace_id == trace_id]
+            found = [attributes for span in mine for name, attributes in span.events if name == "gateway.session.write"]
+            found += [span.attributes for span in mine if span.name == "session.write"]
+            return [attributes for attributes in found if attributes.get("error.type") == "OSError"]
+
+        await asyncio.to_thread(receiver.wait_for, failed)
+        store.write = writes  # the store recovers: the next flush writes everything, the ending included
+
+        def stored_ending(spans):
+            found = session_writes(spans, trace_id)
+            return found and [attributes for attributes, _ in found[1]
+                              if attributes["gateway.session.ending"] and "error.type" not in attributes]
+
+        [ending] = await asyncio.to_thread(receiver.wait_for, stored_ending)
+    assert ending["gateway.session.events"] > 0  # what the failed flushes could not write

@@ -319,27 +319,6 @@ def visible_cards(meter: Meter | None, principal: Any, cards: list[dict]) -> lis
     return [card for card in cards if meter.may_see(principal, card.get("id"))]
 
 
-async def settle_answer(request: RequestContext, answer: bytes) -> None:
-    """Settle the request's call with the usage of the engine's JSON ``answer``."""
-    metered = request.get(Metered)
-    if metered is not None and not metered.settled:
-        usage, model = usage_of(answer)
-        await metered.settle(usage, model=model)
-
-
-def usage_of(answer: bytes) -> tuple[object, object]:
-    """The ``usage`` and ``model`` of a non-streamed JSON answer (None, None when it has none)."""
-    if b'"usage"' not in answer:
-        return None, None
-    try:
-        parsed = orjson.loads(answer)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(parsed, dict):
-        return None, None
-    return parsed.get("usage"), parsed.get("model")
-
-
 def _parsed(body: bytes | None) -> dict | None:
     if not body:
         return None

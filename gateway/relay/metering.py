@@ -89,8 +89,8 @@ class Meter:
         limited = limits is not None and not (limits.empty and (team is None or team.limits.empty))
         est: Estimate | None = None
         if limited or models is not None:
-            if payload is None:
-                payload = _parsed(body)
+            if payload is None:  # (the protocol's parse of this very body when it kept one)
+                payload = request.parsed(body) or _parsed(body)
             est = estimate(payload, body_bytes=len(body or b""), generates=path not in NO_OUTPUT_PATHS)
             if models is not None:
                 self._check_model(est.model, models)

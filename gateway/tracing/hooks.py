@@ -98,7 +98,7 @@ def unary_started(request, path: str, body: bytes | None) -> None:
     """A non-streamed relay starts: a GenAI call if its path is one."""
     trace = request.get(RequestTrace)
     if trace is not None and trace.recording:
-        trace.generation(path, _model_of(body), body)
+        trace.generation(path, _model_of(request, body), body)
 
 
 def unary_answered(request, status: int, answer: bytes, path: str, route, metrics: GenAIMetrics,
@@ -113,12 +113,14 @@ def unary_answered(request, status: int, answer: bytes, path: str, route, metric
         trace.answered(status, answer)
 
 
-def _model_of(body: bytes | None) -> str | None:
-    if not body or body[:1] != b"{":
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+def _model_of(request, body: bytes | None) -> str | None:
+    data = request.parsed(body)  # the protocol's parse of this very body, when it kept one
+    if data is None:
+        if not body or body[:1] != b"{":
+            return None
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, str) else None

@@ -102,7 +102,9 @@ def unary_started(request, path: str, body: bytes | None) -> None:
     """A non-streamed relay starts: a GenAI call if its path is one."""
     trace = request.get(RequestTrace)
     if trace is not None and trace.recording:
-        data = json_object(body)  # (once: its model and its parameters)
+        data = request.parsed(body)  # the protocol's parse of this very body, when it kept one
+        if data is None:
+            data = json_object(body)  # (once: its model and its parameters)
         model = data.get("model") if data is not None else None
         trace.generation(path, model if isinstance(model, str) else None, body, data=data or {})
 

@@ -128,3 +128,32 @@ async def test_a_prompt_past_the_keys_tpm_fails_its_line_rather_than_waiting_for
                       (await client.files.content(batch.error_file_id)).text.splitlines()]
     assert line["error"]["code"] == "rate_limit_exceeded" and line["response"]["status_code"] == 429
     assert chats(fake_engine) == []
+
+
+async def test_a_cancel_stops_a_line_waiting_for_the_rate_limit_before_the_engine(jobs_settings, fake_engine):
+    async with running_gateway(jobs_settings(batch_concurrency=1)) as (base_url, app):
+        await jobs_ready(base_url)
+        waiting = threading.Event()  # (the gateway runs in a thread of its own)
+
+        async def pause(seconds: float) -> None:
+            """Stands for the wait of Retry-After, ended by nothing but the batch's stop."""
+            waiting.set()
+            await asyncio.Event().wait()
+
+        app.state.jobs.worker.executor._pause = pause
+        key = await new_key(base_url, {"rpm": 1})
+        async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key["key"], max_retries=0) as client:
+            batch_id = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(3)])
+            deadline = time.monotonic() + DEADLINE
+            while not waiting.is_set():  # the second line met the key's rpm
+                assert time.monotonic() < deadline, "no line was held by the key's rpm"
+                await asyncio.sleep(0.02)
+            cancelling = await client.batches.cancel(batch_id)
+            assert cancelling.status == "cancelling"
+            batch = await wait_status(lambda: client.batches.retrieve(batch_id), ("cancelled",))
+            errors = [orjson.loads(line) for line in
+                      (await client.files.content(batch.error_file_id)).text.splitlines()]
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 2)
+    assert sorted(line["custom_id"] for line in errors) == ["r1", "r2"]  # the waiting line and the one not started
+    assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
+    assert len(chats(fake_engine)) == 1  # the waiting line never reached the engine

@@ -21,7 +21,7 @@ import orjson
 
 from gateway.batches.callers import CALLER_TTL_SECONDS
 from gateway.batches.results import anthropic_line
-from tests.gateway.batches.conftest import admin, chat_line, jobs_ready
+from tests.gateway.batches.conftest import admin, chat_line, database, jobs_ready
 from tests.gateway.batches.test_limits import new_key, submit
 from tests.support.gateway import running_gateway
 
@@ -48,12 +48,6 @@ async def revoke(base_url: str, key_id: str, now: list[float]) -> None:
     revoked = await admin(base_url, "DELETE", f"/admin/keys/{key_id}")
     assert revoked.status_code == 200, revoked.text
     now[0] += CALLER_TTL_SECONDS + 0.001  # the key's cached answer has run out: the next line reads it again
-
-
-def database(settings) -> sqlite3.Connection:
-    connection = sqlite3.connect(settings.database_url.split(":///", 1)[1])
-    connection.row_factory = sqlite3.Row
-    return connection
 
 
 async def ended(settings, batch_id: str) -> sqlite3.Row:

@@ -34,6 +34,7 @@ class Demand:
     team_limit: int | None = None  # requests in flight the team may hold
     tokens: int = 1                # estimated cost: prompt + completion tokens
     route: Any = None              # what the engine picker needs (``RouteHints``)
+    routed: str | None = None      # why the picker chose the granted engine (for the trace's receipt)
     # Who shares fairly with whom: the team, or the key when it has none.
     tenant: str = field(init=False)
 

@@ -15,7 +15,8 @@ The one home of how an HTTP request meets ``gateway.flow``; the relays call it o
 Only the generating routes queue (``QUEUED_PATHS``); a tokenize or a model list never waits.
 What a request carries once granted (``Queued``) is attached to its context
 (``RequestContext.put``). Its wait is engine time (it is left out of ``X-Gateway-Added-Ms``), and
-goes out as ``x-queue-wait-ms`` and in the access log's ``queue_ms``.
+goes out as ``x-queue-wait-ms``, in the access log's ``queue_ms`` and, traced, as the server span's
+``gateway.queue.*`` attributes and a ``queue`` child span when it waited (docs/tracing.md).
 
 The HTTP answers live here too: a refusal by the queue is 429 when the request's own key (or
 team) was the limit, so its client should send less, and 503 when the fleet is full, so any
@@ -25,6 +26,7 @@ a 400 naming the field (``x-priority``, ``priority``).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -46,6 +48,7 @@ from gateway.flow.demand import Demand, Grant, estimated_tokens
 from gateway.flow.errors import QueueRefused
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
+from gateway.tracing.hooks import trace_of
 
 _CODES = {errors.TIMEOUT: "queue_timeout", errors.DISPLACED: "queue_displaced"}
 QUEUED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
@@ -112,10 +115,20 @@ async def acquire(flow: FlowControl | None, request: RequestContext, path: str, 
                     key_limit=getattr(limits, "max_concurrency", None),
                     team_limit=team.limits.max_concurrency if team is not None else None,
                     tokens=estimated_tokens(len(body or b""), int(found.group(1)) if found else None), route=route)
+    trace = trace_of(request)  # (None when tracing is off or the request is not traced: no clock read)
+    started = time.perf_counter() if trace is not None else 0.0
     try:
         grant = await flow.acquire(demand)
     except QueueRefused as refusal:
+        if trace is not None:
+            trace.queued(chosen.name, "refused", time.perf_counter() - started, refusal.reason)
         raise refusal_error(refusal) from None
+    except asyncio.CancelledError:  # its client left while it waited
+        if trace is not None:
+            trace.queued(chosen.name, "left", time.perf_counter() - started)
+        raise
+    if trace is not None:
+        trace.queued(chosen.name, "dispatched", grant.waited)
     request.put(Queued(grant, engine_priority_header(chosen, flow.scheduling_policy)))
     request.add_response_header(QUEUE_WAIT_HEADER, str(grant.wait_ms))
     return body
@@ -160,6 +173,12 @@ def granted_engine(request: RequestContext | None, route: Any) -> Any:
             or not engine.routable(time.monotonic()):
         return None
     return engine
+
+
+def granted_reason(request: RequestContext | None) -> str | None:
+    """Why the router picked ``request``'s granted engine (its routing reason), if it was granted one."""
+    queued = request.get(Queued) if request is not None else None
+    return queued.grant.demand.routed if queued is not None else None
 
 
 def engine_headers(request: RequestContext | None, engine: Any, headers: dict[str, str]) -> dict[str, str]:
@@ -250,8 +269,14 @@ def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any) -
     fleet's engines, picks with the router, and dispatches waiters after every look at the engines."""
     if not settings.flow_control:
         return None
-    flow = FlowControl.from_settings(settings, engines=lambda: engines.fleet.engines,
-                                     pick=lambda demand, full: engines.router.pick(demand.route, full),
-                                     metrics=metrics)
+
+    def pick(demand: Demand, full: Any) -> Any:
+        router = engines.router
+        engine = router.pick(demand.route, full)
+        if engine is not None:
+            demand.routed = router.last_reason  # (read right after the pick: no other in between)
+        return engine
+
+    flow = FlowControl.from_settings(settings, engines=lambda: engines.fleet.engines, pick=pick, metrics=metrics)
     engine_state.on_change(flow.capacity_changed)
     return flow

@@ -91,8 +91,8 @@ class Meter:
         limited = limits is not None and not (limits.empty and (team is None or team.limits.empty))
         est: Estimate | None = None
         if limited or models is not None:
-            if payload is None:
-                payload = _parsed(body)
+            if payload is None:  # (the protocol's parse of this very body when it kept one)
+                payload = request.parsed(body) or _parsed(body)
             est = estimate(payload, body_bytes=len(body or b""), generates=path not in NO_OUTPUT_PATHS)
             if models is not None:
                 self._check_model(est.model, models)
@@ -320,27 +320,6 @@ def visible_cards(meter: Meter | None, principal: Any, cards: list[dict]) -> lis
     if meter is None or getattr(principal, "models", None) is None:
         return cards
     return [card for card in cards if meter.may_see(principal, card.get("id"))]
-
-
-async def settle_answer(request: RequestContext, answer: bytes) -> None:
-    """Settle the request's call with the usage of the engine's JSON ``answer``."""
-    metered = request.get(Metered)
-    if metered is not None and not metered.settled:
-        usage, model = usage_of(answer)
-        await metered.settle(usage, model=model)
-
-
-def usage_of(answer: bytes) -> tuple[object, object]:
-    """The ``usage`` and ``model`` of a non-streamed JSON answer (None, None when it has none)."""
-    if b'"usage"' not in answer:
-        return None, None
-    try:
-        parsed = orjson.loads(answer)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(parsed, dict):
-        return None, None
-    return parsed.get("usage"), parsed.get("model")
 
 
 def _parsed(body: bytes | None) -> dict | None:

@@ -126,7 +126,8 @@ class Run:
         call, sink, channel = self.call, self.sink, self.channel
         tracker = self.tracker = call.dialect.tracker(relay_usage=call.relay_usage,
                                                       collect_text=call.on_complete is not None,
-                                                      count_events=not sink.counts_events)
+                                                      count_events=not sink.counts_events,
+                                                      finish_reason=tracing.recorded(self.request))
         tracing.stream_started(self.request, call)
         failure: Failure | None = None
         try:

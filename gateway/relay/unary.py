@@ -25,7 +25,7 @@ from gateway.http.context import RequestContext
 from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.errors import send_error
 from gateway.relay.call import Relay, with_affinity
-from gateway.relay.metering import admit_call, settle_answer, settle_call
+from gateway.relay.metering import admit_call, settle_call
 from gateway.relay.refusals import count_failure, count_refusal
 from gateway.tracing import hooks as tracing
 
@@ -86,7 +86,9 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
             metrics.upstream_errors.labels("engine_error").inc()
         await send_error(request.error_shape, parse_error_body(status, answer), request.send)
         return
-    await settle_answer(request, answer)
+    # Settled with the usage decoded above and the model the route asked for (the name vLLM
+    # answers with): the answer is not parsed a second time.
+    await settle_call(request, usage, model=route.model if route is not None else None)
     if count_usage and usage is not None:
         metrics.count_usage(request.key_id, usage)
     if on_success is not None:

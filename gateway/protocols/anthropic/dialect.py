@@ -100,7 +100,8 @@ class AnthropicTracker:
 class AnthropicDialect:
     name = "anthropic"
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> AnthropicTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> AnthropicTracker:  # (its ending events carry it: read always)
         return AnthropicTracker(collect_text=collect_text)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

@@ -198,7 +198,8 @@ class ResponsesDialect:
     def __init__(self, run: ResponsesRun) -> None:
         self.run = run
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> ResponsesTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> ResponsesTracker:  # (its ending events carry it: read always)
         return ResponsesTracker(self.run)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

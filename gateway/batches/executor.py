@@ -11,6 +11,9 @@ batch owner's key, its principal as it is now (``callers``), id ``<batch id>-<li
 2. admitted as a live request of the owner's key (``relay.metering``: its models list, rpm,
    tpm, concurrency, budgets, its team's): a rate limit is waited out (``Retry-After``, then
    again), a spent budget is the line's result (429, ``error.code`` ``insufficient_quota``);
+   a key revoked or expired raises ``callers.OwnerKeyRefused`` (the worker stops the batch);
+   the batch's ``stop`` (a cancel, the window's end) ends that wait at once with ``LineStopped``:
+   a line never reaches the engine once its batch stopped before it was admitted;
 3. leave from flow control in the ``batch`` band (``lane``): held while the engines are busy,
    so batch lines take idle capacity and interactive traffic keeps its latency; a ``priority``
    the line wrote is never relayed (the band's goes as ``X-Vllm-Priority`` when the engines run
@@ -34,7 +37,7 @@ from typing import Protocol
 
 import orjson
 
-from gateway.batches.callers import LineCallers
+from gateway.batches.callers import LineCallers, OwnerKeyRefused
 from gateway.batches.lane import BatchLane
 from gateway.batches.model import MESSAGES_ENDPOINT, LineResult, LineRun
 from gateway.batches.usage import batch_route, usage_of
@@ -58,8 +61,12 @@ BUDGET_SPENT = "insufficient_quota"  # the request path's code for a refusal by 
 RATE_WAIT_MAX_SECONDS = 60.0  # a rate-limited line asks again after Retry-After, at most this much later
 
 
+class LineStopped(Exception):
+    """The line's batch was stopped (cancelled, expired) before the line was admitted: it never ran."""
+
+
 class LineExecutor(Protocol):
-    async def run_line(self, line: LineRun, owner: str) -> LineResult: ...
+    async def run_line(self, line: LineRun, owner: str, stop: asyncio.Event | None = None) -> LineResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,7 @@ class RequestPathExecutor:
         self._pause = pause
         self.rate_waits = 0  # rate-limit refusals waited out (for the tests)
 
-    async def run_line(self, line: LineRun, owner: str) -> LineResult:
+    async def run_line(self, line: LineRun, owner: str, stop: asyncio.Event | None = None) -> LineResult:
         core = self.core
         payload = orjson.loads(line.body)
         asked = payload.get("model")
@@ -127,7 +134,9 @@ class RequestPathExecutor:
             hints = openai_hints(payload, model=model, with_prefix=core.engines.router.uses_prefix)
         body = orjson.dumps(payload)
         try:
-            body = await self._admitted(request, owner, line.endpoint, body)
+            body = await self._admitted(request, owner, line.endpoint, body, stop)
+        except OwnerKeyRefused:
+            raise  # not this line's result alone: the worker stops the batch
         except Failure as failure:  # a spent budget, a model the key may not use: the line's result
             error = http_error(failure)
             if error.status >= 500:
@@ -166,14 +175,18 @@ class RequestPathExecutor:
                 await settle_call(request, answered=False)
         return LineResult(status, answer)
 
-    async def _admitted(self, request: RequestContext, owner: str, endpoint: str, body: bytes) -> bytes:
+    async def _admitted(self, request: RequestContext, owner: str, endpoint: str, body: bytes,
+                        stop: asyncio.Event | None) -> bytes:
         """The key's limits, as for a live request of its key (``relay.metering``): the body to send.
 
         A rate limit (rpm, tpm, concurrency) is waited out, ``Retry-After`` then again with the
         key's limits as they are then, for as long as it takes (the batch has its completion
         window); a spent budget, a prompt past the key's tpm (no wait lets it through) or a model
-        the key may not use raises (the line's result)."""
+        the key may not use raises (the line's result); a ``stop`` set before admission raises
+        ``LineStopped`` (and ends a wait at once)."""
         while True:
+            if stop is not None and stop.is_set():
+                raise LineStopped
             request.principal = await self.callers.principal(owner)
             try:
                 return await admit_call(request, self.core.relay.meter, endpoint, body, stream=False)
@@ -181,7 +194,20 @@ class RequestPathExecutor:
                 if refusal.code == BUDGET_SPENT or refusal.retry_after is None:
                     raise  # no wait lets it through (a prompt past the key's tpm has no Retry-After)
                 self.rate_waits += 1
-                await self._pause(min(max(refusal.retry_after or 1.0, 1.0), RATE_WAIT_MAX_SECONDS))
+                await self._wait(min(max(refusal.retry_after or 1.0, 1.0), RATE_WAIT_MAX_SECONDS), stop)
+
+    async def _wait(self, seconds: float, stop: asyncio.Event | None) -> None:
+        """The pause of a rate-limit refusal, cut short when the batch stops."""
+        if stop is None:
+            await self._pause(seconds)
+            return
+        waits = [asyncio.ensure_future(self._pause(seconds)), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def _count(self, owner: str, used) -> None:
         if used.total:

@@ -279,14 +279,17 @@ class BatchStore:
                 input_tokens=batches.c.input_tokens + prompt, output_tokens=batches.c.output_tokens + output))
         return sum(total[0] + total[1] for total in totals.values())
 
-    async def settle_pending(self, batch_id: str, epoch: int, outcome: str) -> int:
-        """Every line not started yet ends as ``outcome`` (cancelled, expired): how many."""
+    async def settle_pending(self, batch_id: str, epoch: int, outcome: str, *, status_code: int | None = None,
+                             response: str | None = None, error: str | None = None) -> int:
+        """Every line not started yet ends as ``outcome`` (cancelled, expired; errored, with the
+        answer given: the key was refused): how many."""
         async with self.db.begin() as connection:
             if not (await connection.execute(sa.select(batches.c.id).where(self._held(batch_id, epoch)))).first():
                 return 0
             settled = (await connection.execute(sa.update(batch_lines).where(
                 batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING).values(
-                state=DONE, outcome=outcome, finished_at=time.time()))).rowcount
+                state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
+                finished_at=time.time()))).rowcount
             if settled:
                 await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
                     failed=batches.c.failed + settled))

@@ -10,7 +10,12 @@ out (a replica died: its batches are taken over), and moves each of its batches 
   this replica, each slot taking its next line as its result is recorded (results and claims
   in groups, one transaction each: ``groups``); past the completion window the lines not
   started expire;
-- ``cancelling``: lines not started are cancelled, running ones finish;
+- ``cancelling``: lines not started are cancelled, running ones finish; lines waiting for their
+  key's rate limit are woken and end cancelled (they never reached the engine), as at expiry;
+- a key revoked or expired (``callers.OwnerKeyRefused``, seen as a line starts or retries a
+  rate limit): the batch ends ``failed`` (``errors``: ``invalid_api_key``), every line not
+  started and every waiting line an error line (401, ``invalid_api_key``); lines already at
+  the engine finish;
 - then ``finalizing``: the output and error files are written and the batch ends
   (``completed``, ``cancelled``, ``expired``) with its webhook event in the same transaction.
 
@@ -25,11 +30,13 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 
 import orjson
 
 from gateway.batches import results
-from gateway.batches.executor import LineExecutor, error_body
+from gateway.batches.callers import OwnerKeyRefused
+from gateway.batches.executor import LineExecutor, LineStopped, error_body
 from gateway.batches.groups import LineGroups
 from gateway.batches.model import (
     CANCELLING,
@@ -79,6 +86,8 @@ class BatchWorker:
         self.held: dict[str, int] = {}  # batch id -> the epoch of our lease
         self.tasks: dict[str, set[asyncio.Task]] = {}  # batch id -> its lines running here
         self.groups: dict[str, LineGroups] = {}  # batch id -> where its slots' results go (``groups``)
+        # batch id -> set when it stops (cancel, expiry, its key refused), with what its waiting lines become
+        self.stops: dict[str, tuple[asyncio.Event, Callable[[LineRun], Finished]]] = {}
         self.wake = asyncio.Event()
         # One claim at a time on this replica (the round's and the groups' of the slots): two
         # claims of one batch at once could both read a line as pending. (Replicas never claim
@@ -145,6 +154,7 @@ class BatchWorker:
     def _lose(self, batch_id: str) -> None:
         """Another replica holds the batch now: stop its lines here (their results would be dropped)."""
         self.held.pop(batch_id, None)
+        self.stops.pop(batch_id, None)
         for task in self.tasks.pop(batch_id, set()):
             task.cancel()
         groups = self.groups.pop(batch_id, None)
@@ -161,6 +171,7 @@ class BatchWorker:
         elif record.status == IN_PROGRESS:
             await self._progress(record, epoch)
         elif record.status == CANCELLING:
+            self._stop(batch_id, cancelled)
             await self.store.settle_pending(batch_id, epoch, LINE_CANCELLED)
             await self._finalize_when_idle(record, epoch, "cancelled", only_from=(CANCELLING,))
         elif record.status == FINALIZING:
@@ -168,6 +179,7 @@ class BatchWorker:
         else:
             self.held.pop(batch_id, None)
             self.groups.pop(batch_id, None)
+            self.stops.pop(batch_id, None)
 
     # --- validating --------------------------------------------------------------------------
     async def _validate(self, record: BatchRecord, epoch: int) -> None:
@@ -225,6 +237,7 @@ class BatchWorker:
     # --- running -----------------------------------------------------------------------------
     async def _progress(self, record: BatchRecord, epoch: int) -> None:
         if record.ended_as is None and time.time() >= record.expires_at:
+            self._stop(record.id, expired)
             await self.store.settle_pending(record.id, epoch, LINE_EXPIRED)
             await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=EXPIRED)
             record.ended_as = EXPIRED
@@ -266,8 +279,36 @@ class BatchWorker:
         slot's next line comes back from the same transaction (``groups``): no round in between,
         so the engines stay as busy as ``BATCH_CONCURRENCY`` allows."""
         while run is not None:
-            result = await self._answer(run, record.owner)
-            run = await groups.finish(finished(run, result), wants_next=self._takes_more(record, run.epoch))
+            stop = self.stops.setdefault(record.id, (asyncio.Event(), cancelled))[0]
+            try:
+                done = finished(run, await self._answer(run, record.owner, stop))
+            except LineStopped:
+                done = self.stops.get(record.id, (stop, cancelled))[1](run)
+            except OwnerKeyRefused as refusal:
+                done = refused(run, refusal)
+                await self._refuse_owner(record, run.epoch, refusal)
+            run = await groups.finish(done, wants_next=self._takes_more(record, run.epoch))
+
+    def _stop(self, batch_id: str, ended: Callable[[LineRun], Finished]) -> None:
+        """Wake the batch's lines waiting for a rate limit: each ends as ``ended`` makes it (once)."""
+        stop = self.stops.get(batch_id, (asyncio.Event(), ended))[0]
+        if not stop.is_set():  # (the first reason to stop is the one its lines end with)
+            self.stops[batch_id] = (stop, ended)
+            stop.set()
+
+    async def _refuse_owner(self, record: BatchRecord, epoch: int, refusal: OwnerKeyRefused) -> None:
+        """The batch's key was revoked or has expired: no line of it starts again; it ends ``failed``."""
+        stop, _ = self.stops.get(record.id, (None, None))
+        if stop is not None and stop.is_set():
+            return  # already stopped (by another of its lines, a cancel, the window)
+        self._stop(record.id, lambda run: refused(run, refusal))
+        problem = {"code": refusal.code, "message": refusal.message, "param": None, "line": None}
+        await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=FAILED, errors=[problem])
+        line = refused_line(record.endpoint, refusal)
+        await self.store.settle_pending(record.id, epoch, ERRORED, status_code=line.status_code,
+                                        response=orjson.dumps(line.body).decode(),
+                                        error=orjson.dumps(line.error).decode())
+        self.wake.set()
 
     def _takes_more(self, record: BatchRecord, epoch: int) -> bool:
         """Whether a slot that just freed takes another line of ``record``: not when the batch is no
@@ -285,12 +326,14 @@ class BatchWorker:
             groups = self.groups[record.id] = LineGroups(write, epoch=epoch, name=f"batch-results-{record.id}")
         return groups
 
-    async def _answer(self, run: LineRun, owner: str) -> LineResult:
+    async def _answer(self, run: LineRun, owner: str, stop: asyncio.Event) -> LineResult:
         attempts = self.settings.batch_line_max_attempts
         delay = RETRY_BASE_SECONDS
         for attempt in range(1, attempts + 1):
             try:
-                return await self.executor.run_line(run, owner)
+                return await self.executor.run_line(run, owner, stop)
+            except OwnerKeyRefused:
+                raise  # the batch stops (``_refuse_owner``)
             except Failure as failure:  # an engine's (no status of its own), or the gateway's own
                 error = http_error(failure)
                 if error.status < 500 or attempt == attempts:
@@ -307,6 +350,7 @@ class BatchWorker:
         await self.store.end(record, epoch, status=record.ended_as or "completed", output_file_id=output_file_id,
                              error_file_id=error_file_id)
         self.held.pop(record.id, None)
+        self.stops.pop(record.id, None)
 
 
 def finished(run: LineRun, result: LineResult) -> Finished:
@@ -316,3 +360,21 @@ def finished(run: LineRun, result: LineResult) -> Finished:
                     orjson.dumps(result.body).decode(),
                     orjson.dumps(result.error).decode() if result.error is not None else None,
                     (used.prompt, used.completion))
+
+
+def refused_line(endpoint: str, refusal: OwnerKeyRefused) -> LineResult:
+    """A line refused for its batch's key (revoked, expired): 401 ``invalid_api_key``, as a live request's."""
+    return LineResult(refusal.status, error_body(endpoint, refusal),
+                      error={"code": refusal.code, "message": refusal.message})
+
+
+def refused(run: LineRun, refusal: OwnerKeyRefused) -> Finished:
+    return finished(run, refused_line(run.endpoint, refusal))
+
+
+def cancelled(run: LineRun) -> Finished:
+    return Finished(run, LINE_CANCELLED, None, None)
+
+
+def expired(run: LineRun) -> Finished:
+    return Finished(run, LINE_EXPIRED, None, None)

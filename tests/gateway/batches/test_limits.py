@@ -15,8 +15,9 @@ import time
 import httpx
 import openai
 import orjson
+import pytest
 
-from tests.gateway.batches.conftest import admin, chat_line, jobs_ready, wait_status
+from tests.gateway.batches.conftest import admin, chat_line, database, jobs_ready, wait_status
 from tests.support.gateway import running_gateway
 
 DEADLINE = 60.0
@@ -128,3 +129,40 @@ async def test_a_prompt_past_the_keys_tpm_fails_its_line_rather_than_waiting_for
                       (await client.files.content(batch.error_file_id)).text.splitlines()]
     assert line["error"]["code"] == "rate_limit_exceeded" and line["response"]["status_code"] == 429
     assert chats(fake_engine) == []
+
+
+@pytest.mark.parametrize("stop", ["cancel", "window"])
+async def test_a_stop_ends_a_line_waiting_for_the_rate_limit_before_the_engine(jobs_settings, fake_engine, stop):
+    settings = jobs_settings(batch_concurrency=1)
+    async with running_gateway(settings) as (base_url, app):
+        await jobs_ready(base_url)
+        waiting = threading.Event()  # (the gateway runs in a thread of its own)
+
+        async def pause(seconds: float) -> None:
+            """Stands for the wait of Retry-After, ended by nothing but the batch's stop."""
+            waiting.set()
+            await asyncio.Event().wait()
+
+        app.state.jobs.worker.executor._pause = pause
+        key = await new_key(base_url, {"rpm": 1})
+        async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key["key"], max_retries=0) as client:
+            batch_id = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(3)])
+            deadline = time.monotonic() + DEADLINE
+            while not waiting.is_set():  # the second line met the key's rpm
+                assert time.monotonic() < deadline, "no line was held by the key's rpm"
+                await asyncio.sleep(0.02)
+            if stop == "cancel":
+                cancelling = await client.batches.cancel(batch_id)
+                assert cancelling.status == "cancelling"
+            else:  # the completion window ends now (the batch's 24 h, moved)
+                with database(settings) as connection:
+                    connection.execute("UPDATE gateway_batches SET expires_at = ? WHERE id = ?",
+                                       (time.time() - 1, batch_id))
+            ended = "cancelled" if stop == "cancel" else "expired"
+            batch = await wait_status(lambda: client.batches.retrieve(batch_id), (ended,))
+            errors = [orjson.loads(line) for line in
+                      (await client.files.content(batch.error_file_id)).text.splitlines()]
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 2)
+    assert sorted(line["custom_id"] for line in errors) == ["r1", "r2"]  # the waiting line and the one not started
+    assert {line["error"]["code"] for line in errors} == {f"batch_{ended}"}
+    assert len(chats(fake_engine)) == 1  # the waiting line never reached the engine

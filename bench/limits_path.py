@@ -1,17 +1,25 @@
 """The limiter's cost on the whole request path: the gateway's CPU per request, a limited key against an unlimited one.
 
     .venvs/gateway/bin/python -m bench.limits_path [--requests 2000] [--rounds 5] [--concurrency 16]
-                                                   [--out bench/results/limits_path]
+                                                   [--baseline-tree DIR] [--out bench/results/limits_path]
 
 One gateway process (``python -m gateway``, SQLite, ``REDIS_URL`` on a throw-away
 ``redis-server``) in front of the fast fake engine (``bench.fake_upstream``). Two database
 keys differ only in their limits: ``unlimited`` (no limits: admission costs one object, no
 I/O, the ledger still records it) and ``limited`` (rpm, tpm, concurrency and a daily budget,
 all far above the load, so nothing is refused: the cost of checking them on Redis, reserving,
-counting a stream's reads and settling). The rounds alternate the keys, non-streamed and
+counting a stream's reads and settling); a third, ``end_user``, has the same limits and the
+same again for each end user, and its requests name one of ``END_USERS`` end users in OpenAI's
+``user`` field (the cost of finding and labelling the end user and of its scope in the same
+Redis script: compare it with ``limited``). The rounds alternate the keys, non-streamed and
 streamed chat completions (16 tokens); the figure is the gateway process's CPU time (user +
 system) per request over the round, median of the rounds. The machine is shared: read the
 ratio within the run, not the absolute times.
+
+``--baseline-tree DIR`` also starts the gateway of another checkout (a git worktree of an
+earlier commit, run from its directory with this environment), on the same Redis and upstream
+with its own database and keys, and alternates it with this tree's round by round: before and
+after in one run. Its figures are reported under ``baseline``.
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ from bench.procs import free_port
 ADMIN_KEY = "sk-bench-admin-0123456789abcdef"
 LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "budget_tokens": 10**12, "budget_period": "day"}
 MODEL = "fake-model"
+END_USERS = 100  # distinct end users the end_user key's requests cycle through
 
 
-def start(argv: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+def start(argv: list[str], env: dict | None = None, log: Path | None = None,
+          cwd: Path | None = None) -> subprocess.Popen:
     out = log.open("wb") if log is not None else subprocess.DEVNULL
-    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 async def wait_ready(url: str, timeout: float = 60) -> None:
@@ -59,13 +69,16 @@ async def wait_ready(url: str, timeout: float = 60) -> None:
 
 
 async def one_round(client: httpx.AsyncClient, gateway: psutil.Process, key: str, *, stream: bool,
-                    requests: int, concurrency: int) -> float:
+                    requests: int, concurrency: int, end_users: bool = False) -> float:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16,
             "stream": stream}
     headers = {"authorization": f"Bearer {key}"}
+    sent = iter(range(10**9))
 
     async def task(count: int) -> None:
         for _ in range(count):
+            if end_users:
+                body["user"] = f"user-{next(sent) % END_USERS}@example.com"
             answer = await client.post("/v1/chat/completions", json=body, headers=headers)
             await answer.aread()
             assert answer.status_code == 200, answer.text
@@ -80,44 +93,66 @@ async def one_round(client: httpx.AsyncClient, gateway: psutil.Process, key: str
 async def run(args: argparse.Namespace) -> dict:
     redis, redis_url, redis_root = start_redis()
     root = Path(tempfile.mkdtemp(prefix="bench-limits-path-"))
-    upstream_port, gateway_port = free_port(), free_port()
+    upstream_port = free_port()
     upstream = start([sys.executable, "-m", "bench.fake_upstream", "--port", str(upstream_port), "--model", MODEL])
-    env = os.environ | {"VLLM_BASE_URL": f"http://127.0.0.1:{upstream_port}", "PORT": str(gateway_port),
-                        "HOST": "127.0.0.1", "ADMIN_API_KEYS": ADMIN_KEY, "REDIS_URL": redis_url,
-                        "DATABASE_URL": f"sqlite+aiosqlite:///{root}/gateway.db", "SESSION_STORE": "off",
-                        "ACCESS_LOG": "false", "ENGINE_POLL_INTERVAL": "60"}
-    gateway = start([sys.executable, "-m", "gateway"], env, root / "gateway.log")
-    base = f"http://127.0.0.1:{gateway_port}"
+    trees = {"this": None}
+    if args.baseline_tree is not None:
+        trees["baseline"] = args.baseline_tree.resolve()
+    processes, bases = [upstream, redis], {}
+    for name, tree in trees.items():
+        port = free_port()
+        (root / name).mkdir()
+        env = os.environ | {"VLLM_BASE_URL": f"http://127.0.0.1:{upstream_port}", "PORT": str(port),
+                            "HOST": "127.0.0.1", "ADMIN_API_KEYS": ADMIN_KEY, "REDIS_URL": redis_url,
+                            "DATABASE_URL": f"sqlite+aiosqlite:///{root / name}/gateway.db", "SESSION_STORE": "off",
+                            "ACCESS_LOG": "false", "ENGINE_POLL_INTERVAL": "60"}
+        processes.insert(0, start([sys.executable, "-m", "gateway"], env, root / f"{name}.log", cwd=tree))
+        bases[name] = (f"http://127.0.0.1:{port}", processes[0])
+    clients: list[httpx.AsyncClient] = []
     try:
-        await wait_ready(base + "/readyz")
-        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+        gateways = {}
+        for name, (base, gateway) in bases.items():
+            await wait_ready(base + "/readyz")
+            limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+            client = httpx.AsyncClient(base_url=base, limits=limits, timeout=60)
+            clients.append(client)
             admin = {"authorization": f"Bearer {ADMIN_KEY}"}
             keys = {}
-            for name, body in (("unlimited", {}), ("limited", {"limits": LIMITS})):
-                created = await client.post("/admin/keys", json={"name": name, **body}, headers=admin)
+            for key_name, body in (("unlimited", {}), ("limited", {"limits": LIMITS}),
+                                   ("end_user", {"limits": LIMITS | {"end_user": LIMITS}})):
+                created = await client.post("/admin/keys", json={"name": key_name, **body}, headers=admin)
                 created.raise_for_status()
-                keys[name] = created.json()["key"]
+                keys[key_name] = created.json()["key"]
             process = psutil.Process(gateway.pid)
-            for key in keys.values():  # warm: the key cache, the connections, the Lua scripts
-                await one_round(client, process, key, stream=False, requests=200, concurrency=args.concurrency)
-            results: dict = {}
-            for stream in (False, True):
-                samples: dict[str, list[float]] = {name: [] for name in keys}
-                for _ in range(args.rounds):
-                    for name, key in keys.items():
-                        samples[name].append(await one_round(client, process, key, stream=stream,
-                                                             requests=args.requests, concurrency=args.concurrency))
-                medians = {name: statistics.median(values) for name, values in samples.items()}
-                results["streamed" if stream else "non-streamed"] = {
-                    "median_us": medians, "samples_us": {name: [round(v, 1) for v in values]
-                                                         for name, values in samples.items()},
+            for key_name, key in keys.items():  # warm: the key cache, the connections, the Lua scripts
+                await one_round(client, process, key, stream=False, requests=200, concurrency=args.concurrency,
+                                end_users=key_name == "end_user")
+            gateways[name] = (client, process, keys)
+        results: dict = {name: {} for name in gateways}
+        for stream in (False, True):
+            samples = {name: {key_name: [] for key_name in keys} for name, (_, _, keys) in gateways.items()}
+            for _ in range(args.rounds):
+                for name, (client, process, keys) in gateways.items():
+                    for key_name, key in keys.items():
+                        samples[name][key_name].append(await one_round(
+                            client, process, key, stream=stream, requests=args.requests,
+                            concurrency=args.concurrency, end_users=key_name == "end_user"))
+            for name, by_key in samples.items():
+                medians = {key_name: statistics.median(values) for key_name, values in by_key.items()}
+                results[name]["streamed" if stream else "non-streamed"] = {
+                    "median_us": medians, "samples_us": {key_name: [round(v, 1) for v in values]
+                                                         for key_name, values in by_key.items()},
                     "added_us": medians["limited"] - medians["unlimited"],
-                    "ratio": medians["limited"] / medians["unlimited"]}
+                    "ratio": medians["limited"] / medians["unlimited"],
+                    "end_user_added_us": medians["end_user"] - medians["limited"],
+                    "end_user_ratio": medians["end_user"] / medians["limited"]}
         return {"requests": args.requests, "rounds": args.rounds, "concurrency": args.concurrency,
-                "load_average": os.getloadavg(), "results": results}
+                "load_average": os.getloadavg(), "baseline_tree": str(trees.get("baseline") or "") or None,
+                "results": results["this"], **({"baseline": results["baseline"]} if "baseline" in results else {})}
     finally:
-        for process in (gateway, upstream, redis):
+        for client in clients:
+            await client.aclose()
+        for process in processes:
             process.terminate()
             try:
                 process.wait(10)
@@ -130,11 +165,16 @@ async def run(args: argparse.Namespace) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"Gateway CPU per request, median of {report['rounds']} rounds of {report['requests']} requests at "
              f"concurrency {report['concurrency']} (load average {report['load_average'][0]:.1f}):", "",
-             "| request | unlimited key | limited key (Redis) | added | ratio |", "|---|---|---|---|---|"]
-    for kind, figures in report["results"].items():
-        median = figures["median_us"]
-        lines.append(f"| {kind} | {median['unlimited']:.1f} µs | {median['limited']:.1f} µs | "
-                     f"{figures['added_us']:+.1f} µs | {figures['ratio']:.3f}x |")
+             "| gateway | request | unlimited key | limited key (Redis) | added | ratio "
+             "| + end-user limits | added | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for tree in ("results", "baseline"):
+        for kind, figures in report.get(tree, {}).items():
+            median = figures["median_us"]
+            lines.append(f"| {'this tree' if tree == 'results' else 'baseline tree'} | {kind} | "
+                         f"{median['unlimited']:.1f} µs | {median['limited']:.1f} µs | "
+                         f"{figures['added_us']:+.1f} µs | {figures['ratio']:.3f}x | {median['end_user']:.1f} µs | "
+                         f"{figures['end_user_added_us']:+.1f} µs | {figures['end_user_ratio']:.3f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,6 +183,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="also measure the gateway of this checkout, round by round with this tree's")
     parser.add_argument("--out", type=Path, default=Path("bench/results/limits_path"))
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))

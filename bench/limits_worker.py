@@ -1,13 +1,14 @@
 """One process hammering one key's limits on Redis: what a gateway replica's limiter would do under load.
 
     python -m bench.limits_worker REDIS_URL '{"rpm": 50}' --tasks 16 --requests 40 --prompt 10 --max-tokens 20 \
-        [--settle-used N] [--wait-for-go]
+        [--settle-used N] [--end-user LABEL] [--wait-for-go]
 
 Its own Redis client and limiter, ``--tasks`` coroutines each asking ``--requests`` times
-(admit, then settle with ``--settle-used`` tokens if given). With ``--wait-for-go`` it prints
-``ready`` once connected and starts when a line arrives on its standard input, so several
-processes begin together. Prints one JSON line: admitted, refused, the tokens granted and
-settled, and the CPU seconds the process spent inside the limiter calls' loop.
+(admit, then settle with ``--settle-used`` tokens if given), for the end user ``--end-user``
+(its label) if given. With ``--wait-for-go`` it prints ``ready`` once connected and starts
+when a line arrives on its standard input, so several processes begin together. Prints one
+JSON line: admitted, refused (by reason and by scope), the tokens granted and settled, and the
+CPU seconds the process spent inside the limiter calls' loop.
 Used by tests/gateway/tenancy/test_across_processes.py and bench/limits.py.
 """
 
@@ -34,10 +35,10 @@ def cpu_seconds() -> float:
 
 
 async def hammer(url: str, limits: Limits, *, tasks: int, requests: int, prompt: int, max_tokens: int,
-                 settle_used: int | None, key: str, wait_for_go: bool = False) -> dict:
+                 settle_used: int | None, key: str, wait_for_go: bool = False, end_user: str | None = None) -> dict:
     limiter = Limiter(local=LocalLimits(), redis=RedisLimits(RedisClient(url, timeout=5.0)))
-    wanted = demand_for(key_id=key, limits=limits, prompt_tokens=prompt, max_tokens=max_tokens)
-    counts = {"admitted": 0, "refused": 0, "granted": 0, "settled": 0, "reasons": {}}
+    wanted = demand_for(key_id=key, limits=limits, end_user=end_user, prompt_tokens=prompt, max_tokens=max_tokens)
+    counts = {"admitted": 0, "refused": 0, "granted": 0, "settled": 0, "reasons": {}, "scopes": {}}
     await limiter.redis.client.call(b"PING")  # type: ignore[union-attr]  # connected before the clock starts
 
     async def one_task() -> None:
@@ -47,6 +48,7 @@ async def hammer(url: str, limits: Limits, *, tasks: int, requests: int, prompt:
             except RateLimited as refused:
                 counts["refused"] += 1
                 counts["reasons"][refused.reason] = counts["reasons"].get(refused.reason, 0) + 1
+                counts["scopes"][refused.scope] = counts["scopes"].get(refused.scope, 0) + 1
                 continue
             counts["admitted"] += 1
             counts["granted"] += reservation.granted
@@ -75,11 +77,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=20)
     parser.add_argument("--settle-used", type=int, default=None)
     parser.add_argument("--key", default="key_bench")
+    parser.add_argument("--end-user", default=None)
     parser.add_argument("--wait-for-go", action="store_true")
     args = parser.parse_args()
     result = asyncio.run(hammer(args.url, Limits.model_validate_json(args.limits), tasks=args.tasks,
                                 requests=args.requests, prompt=args.prompt, max_tokens=args.max_tokens,
-                                settle_used=args.settle_used, key=args.key, wait_for_go=args.wait_for_go))
+                                settle_used=args.settle_used, key=args.key, wait_for_go=args.wait_for_go,
+                                end_user=args.end_user))
     print(json.dumps(result))
 
 

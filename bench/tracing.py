@@ -6,7 +6,9 @@
 Three gateways (plain relay, ``SESSION_STORE=off``, access log on) in front of the fast fake
 upstream: ``off`` (no OTLP endpoint), ``sampled`` (every request traced and exported,
 ``OTEL_TRACES_SAMPLER_ARG=1``) and ``unsampled`` (tracing on, ratio 0: trace ids and
-``traceparent`` made, nothing recorded or exported). Spans go to a sink in this process that
+``traceparent`` made, nothing recorded or exported); with ``--baseline-tree``, that checkout's
+gateway off (``before``) and sampled (``before_sampled``), to compare a change of the traced
+path in the same run. Spans go to a sink in this process that
 answers every OTLP export at once (its CPU is not the gateway's). Each round sends the same
 requests (non-streamed: 16 tokens; streamed: 64 chunks) to each gateway in turn, and the
 gateway process's user+system CPU time is read before and after: CPU per request, the median
@@ -30,10 +32,13 @@ from bench.procs import PYTHON, free_port, start_fake_upstream, start_server, st
 
 VARIANTS = {
     "off": {},
-    "before": {},  # --baseline-tree: that checkout's gateway (e.g. main before tracing), as "off"
+    "before": {},  # --baseline-tree: that checkout's gateway (e.g. main before a change), as "off"
     "sampled": {"OTEL_TRACES_SAMPLER_ARG": "1"},
     "unsampled": {"OTEL_TRACES_SAMPLER_ARG": "0"},
+    "before_sampled": {"OTEL_TRACES_SAMPLER_ARG": "1"},  # --baseline-tree: that checkout's, as "sampled"
 }
+BASELINES = ("before", "before_sampled")
+TRACED = ("sampled", "unsampled", "before_sampled")
 SCENARIOS = {"non-streamed": (False, 16), "streamed": (True, 64)}
 
 
@@ -75,14 +80,14 @@ async def main(args: argparse.Namespace) -> str:
     gateways = {}
     try:
         for name, extra in VARIANTS.items():
-            if name == "before" and args.baseline_tree is None:
+            if name in BASELINES and args.baseline_tree is None:
                 continue
             port = free_port()
             env = {**gateway_env("off", upstream_url=upstream.base_url, port=port, tmp=tmp, postgres_dsn=None),
                    "ACCESS_LOG": "true", **extra}
-            if name in ("sampled", "unsampled"):
+            if name in TRACED:
                 env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
-            if name == "before":
+            if name in BASELINES:
                 env["PYTHONPATH"] = str(args.baseline_tree)  # its gateway package wins over ours
             gateways[name] = await start_server(name=f"gateway-{name}", argv=[PYTHON, "-m", "gateway"], port=port,
                                                 log_dir=tmp, env=env, cwd=str(tmp), startup_timeout=60)

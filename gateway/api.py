@@ -13,6 +13,7 @@ Import-linter keeps features to this module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 from typing import Protocol
 
@@ -34,6 +35,7 @@ from gateway.http.auth import (
     TokenAuthenticator,
     UserDataDep,
     WriterDep,
+    principal_of,
 )
 from gateway.http.context import SCOPE_KEY, current_request, request_context
 from gateway.http.errors import GatewayError
@@ -50,7 +52,7 @@ from gateway.sessions.ids import (
     parse_last_event_id,
     resume_value,
 )
-from gateway.tenancy.errors import NotFound, StoreUnavailable
+from gateway.tenancy.errors import StoreUnavailable
 from gateway.tenancy.ids import KEY_ID
 from gateway.tenancy.store import KeyStore
 
@@ -122,22 +124,39 @@ class Gateway:
         the key store each time (one indexed read; a configured key costs a set look-up); a store
         that cannot answer within ``KEY_STORE_TIMEOUT_SECONDS`` is a 503, never a guess.
         """
+        return await self._issuer(key_id) is not None
+
+    async def end_user(self, key_id: str, *, subject: str, token_id: str | None = None) -> Principal | None:
+        """The principal of an end-user token that key ``key_id`` issued for end user ``subject``.
+
+        Role ``user``, and the issuing key's team, limits, models, band and weight: its requests
+        count against that key's limits, and its ``end_user`` limits apply to ``subject``
+        (docs/keys.md). None when the key may no longer act for end users (as ``key_acts_for_users``:
+        its tokens went with it); a 503 when the key store cannot say.
+        """
+        issuer = await self._issuer(key_id)
+        if issuer is None:
+            return None
+        return dataclasses.replace(issuer, role="user", subject=subject, token_id=token_id)
+
+    async def _issuer(self, key_id: str) -> Principal | None:
+        """The principal of ``key_id`` if it is a key that may act for end users now, else None."""
         if self._keys_for_users is None:
             self._keys_for_users = _keys_acting_for_users(self._core.settings)
         if key_id in self._keys_for_users:
-            return True
+            return Principal(key_id=key_id, role="app")  # a configured key: no team, no limits
         if self._key_store is None or not KEY_ID.match(key_id):
-            return False
+            return None
         try:
             async with asyncio.timeout(KEY_STORE_TIMEOUT_SECONDS):
-                key = await self._key_store.get_key(key_id)
-        except NotFound:
-            return False
+                key = await self._key_store.resolve_id(key_id)
         except (StoreUnavailable, TimeoutError):
             raise GatewayError(503, "the key store is unavailable: this key cannot be checked now, retry shortly",
                                code="key_store_unavailable", headers={"retry-after": "1"}) from None
-        live = key.revoked_at is None and (key.expires_at is None or dt.datetime.now(dt.UTC) < key.expires_at)
-        return live and Principal(key_id=key.id, role=key.role).acts_for_users
+        if key is None or not key.valid_at(dt.datetime.now(dt.UTC)):
+            return None
+        principal = principal_of(key)
+        return principal if principal.acts_for_users else None
 
     async def post_json(self, path: str, payload: dict, *, request_id: str | None = None,
                         request: Request | None = None) -> dict:

@@ -64,6 +64,7 @@ from gateway.protocols.responses.dialect import ending_dialect
 from gateway.protocols.responses.records import make_records
 from gateway.protocols.responses.routes import ResponsesAPI
 from gateway.relay.call import Relay, StreamBackend
+from gateway.relay.end_users import EndUsers
 from gateway.relay.live import LiveRuns
 from gateway.relay.metering import Meter
 from gateway.relay.plain import PlainRelay
@@ -160,7 +161,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     caps = flow.scheduler.caps if flow is not None else None
     metrics.inflight.set_function(lambda: admission.inflight + (caps.held if caps is not None else 0))
     relay = Relay(engines=engines, metrics=metrics, keepalive_seconds=settings.sse_keepalive_seconds, live=LiveRuns(),
-                  flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model))
+                  flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model,
+                                         end_users=EndUsers(secret_from_settings(settings))))
     if flow is not None:  # a generating request's max_concurrency: it waits in the queue, not refused by the limiter
         relay.meter.queued_paths = queueing.QUEUED_PATHS
     sessions = _session_manager(settings, relay, engine_state, admission)
@@ -181,7 +183,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     anthropic = AnthropicMessages(core)
     gateway = Gateway(core, openai, key_store=tenancy.store)
     # Files, batches and webhooks (docs/batches.md).
-    jobs = OfflineJobs(core, database, record_usage=tenancy.ledger.record) if settings.batches_enabled else None
+    jobs = OfflineJobs(core, database, key_store=tenancy.store) if settings.batches_enabled else None
     if jobs is not None:  # background Responses' ends become response.* webhook events
         responses.runs.on_ended = jobs.response_ended
     factories = selected(settings.features, installed_features() if features is None else features)

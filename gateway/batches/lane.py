@@ -6,8 +6,8 @@ of ``FLOW_BANDS``), for the batch owner's key, of the line's estimated tokens. T
 grants it while an engine has a free slot, and holds it while the engines are saturated
 (their learned concurrency, their live requests: the interactive ones included), so batch
 lines fill idle capacity instead of queueing inside the engine ahead of interactive traffic.
-The engine is also told the band's priority (vLLM's ``priority``, when the engines run the
-priority scheduler, ``ENGINE_SCHEDULING_POLICY``).
+The engine is also told the band's priority when the engines run the priority scheduler
+(``ENGINE_SCHEDULING_POLICY``): vLLM's ``X-Vllm-Priority`` header, as live requests carry it.
 
 Where the ``FlowControl`` comes from is decided here and nowhere else (``BatchLane.for_core``): the
 request path's (``core.relay.flow``), so lines and live requests wait in one queue; with
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from gateway.config import Settings
 from gateway.core import Core
 from gateway.engines.routing import RouteHints
-from gateway.flow.bands import Band, engine_priority
+from gateway.flow.bands import Band, engine_priority, engine_priority_header
 from gateway.flow.control import FlowControl
 from gateway.flow.demand import Demand, Grant, estimated_tokens
 from gateway.flow.errors import QueueRefused
@@ -45,6 +45,7 @@ class BatchLane:
         self.owned = owned  # a scheduler of the lines' own (closed with them), not the core's
         self.band = batch_band(flow)
         self.engine_priority = engine_priority(self.band, settings.engine_scheduling_policy)
+        self.priority_header = engine_priority_header(self.band, settings.engine_scheduling_policy)
         self._pause = pause
         self.refusals = 0  # queue refusals waited out (for /health and the tests)
 

@@ -73,7 +73,21 @@ class LineRun:
 
 @dataclass(frozen=True)
 class LineResult:
-    """What running a line gave: the HTTP status and JSON body the endpoint answered."""
+    """What running a line gave: the HTTP status and JSON body the endpoint answered; ``error``
+    (``{"code", "message"}``) when the gateway itself ended the line (a spent budget)."""
 
     status_code: int
     body: object
+    error: dict | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A line's result on its way to the store (``store.record_and_claim``)."""
+
+    run: LineRun
+    outcome: str
+    status_code: int | None
+    response: str | None
+    error: str | None = None
+    usage: tuple[int, int] = (0, 0)

@@ -13,11 +13,11 @@ from fastapi import APIRouter
 
 from gateway.batches.anthropic_api import PREFIX as MESSAGES_BATCHES_PREFIX
 from gateway.batches.anthropic_api import anthropic_batches_router
+from gateway.batches.callers import LineCallers
 from gateway.batches.executor import LineExecutor, RequestPathExecutor
 from gateway.batches.lane import BatchLane
 from gateway.batches.openai_api import openai_batches_router
 from gateway.batches.store import BatchStore
-from gateway.batches.usage import UsageRecorder
 from gateway.batches.worker import BatchWorker
 from gateway.core import Core
 from gateway.database.service import GatewayDatabase
@@ -28,6 +28,7 @@ from gateway.files.upload import MULTIPART_FRAMING_BYTES
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes
 from gateway.jobs.store import JobsDatabase
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
+from gateway.tenancy.store import KeyStore
 from gateway.webhooks.delivery import Deliverer
 from gateway.webhooks.destinations import parse_networks
 from gateway.webhooks.endpoints import Endpoints
@@ -38,10 +39,10 @@ from gateway.webhooks.routes import webhooks_router
 
 class OfflineJobs:
     def __init__(self, core: Core, database: GatewayDatabase, *, executor: LineExecutor | None = None,
-                 record_usage: UsageRecorder | None = None, replica: str | None = None) -> None:
+                 key_store: KeyStore | None = None, replica: str | None = None) -> None:
         settings = core.settings
         self.lane = BatchLane.for_core(core)
-        executor = executor or RequestPathExecutor(core, self.lane, record_usage=record_usage)
+        executor = executor or RequestPathExecutor(core, self.lane, callers=LineCallers(key_store))
         self.db = JobsDatabase(database)
         blobs = DatabaseBlobs(self.db) if settings.files_storage == "database" \
             else DirectoryBlobs(settings.files_directory)

@@ -26,6 +26,7 @@ from gateway.batches.model import (
     RUNNING,
     SUCCEEDED,
     BatchRecord,
+    Finished,
     LineRun,
 )
 from gateway.database.tables.jobs import batch_lines, batches
@@ -216,46 +217,79 @@ class BatchStore:
                 self._held(batch_id, epoch), batches.c.status.in_(only_from)).values(**values))).rowcount)
 
     async def claim(self, batch_id: str, epoch: int, endpoint: str, count: int) -> list[LineRun]:
+        """Up to ``count`` pending lines, now ``running`` under ``epoch`` (none unless the batch is
+        held and in progress).
+
+        Callers on one replica claim one at a time (``BatchWorker._claiming``): two claims of one
+        batch at once could both read a line as pending."""
         async with self.db.begin() as connection:
-            numbers = (await connection.execute(sa.select(batch_lines.c.line).where(
-                batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING)
-                .order_by(batch_lines.c.line).limit(count))).scalars().all()
-            if not numbers:
-                return []
-            held = sa.select(batches.c.id).where(self._held(batch_id, epoch), batches.c.status == "in_progress")
-            await connection.execute(sa.update(batch_lines).where(
-                batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == PENDING,
-                sa.exists(held)).values(state=RUNNING, epoch=epoch, attempts=batch_lines.c.attempts + 1))
-            rows = (await connection.execute(sa.select(batch_lines).where(
-                batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == RUNNING,
-                batch_lines.c.epoch == epoch))).all()
-        return [LineRun(batch_id=batch_id, line=row.line, custom_id=row.custom_id, endpoint=endpoint,
-                        body=row.body.encode(), epoch=epoch, attempts=row.attempts) for row in rows]
+            return await self._claim(connection, batch_id, epoch, endpoint, count)
 
     async def finish(self, run: LineRun, *, outcome: str, status_code: int | None, response: str | None,
                      error: str | None, usage: tuple[int, int] = (0, 0)) -> bool:
         """Record a line's result, once: False when the line is no longer this run's (taken over, done)."""
         async with self.db.begin() as connection:
+            return bool(await self._record(connection, [Finished(run, outcome, status_code, response, error, usage)]))
+
+    async def record_and_claim(self, batch_id: str, epoch: int, endpoint: str, finished: list[Finished],
+                               count: int) -> list[LineRun]:
+        """A group of results recorded and up to ``count`` next lines claimed: one transaction (``groups``)."""
+        async with self.db.begin() as connection:
+            await self._record(connection, finished)
+            return await self._claim(connection, batch_id, epoch, endpoint, count) if count else []
+
+    async def _claim(self, connection: AsyncConnection, batch_id: str, epoch: int, endpoint: str,
+                     count: int) -> list[LineRun]:
+        numbers = (await connection.execute(sa.select(batch_lines.c.line).where(
+            batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING)
+            .order_by(batch_lines.c.line).limit(count))).scalars().all()
+        if not numbers:
+            return []
+        held = sa.select(batches.c.id).where(self._held(batch_id, epoch), batches.c.status == "in_progress")
+        await connection.execute(sa.update(batch_lines).where(
+            batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == PENDING,
+            sa.exists(held)).values(state=RUNNING, epoch=epoch, attempts=batch_lines.c.attempts + 1))
+        rows = (await connection.execute(sa.select(batch_lines).where(
+            batch_lines.c.batch_id == batch_id, batch_lines.c.line.in_(numbers), batch_lines.c.state == RUNNING,
+            batch_lines.c.epoch == epoch))).all()
+        return [LineRun(batch_id=batch_id, line=row.line, custom_id=row.custom_id, endpoint=endpoint,
+                        body=row.body.encode(), epoch=epoch, attempts=row.attempts) for row in rows]
+
+    @staticmethod
+    async def _record(connection: AsyncConnection, finished: list[Finished]) -> int:
+        """Each result written while its line is still ``running`` under its run's epoch, then the
+        batches' counters once: how many were written (the others' runs were taken over)."""
+        totals: dict[str, list[int]] = {}  # batch id -> [completed, failed, input, output]
+        now = time.time()
+        for item in finished:
+            run = item.run
             done = (await connection.execute(sa.update(batch_lines).where(
                 batch_lines.c.batch_id == run.batch_id, batch_lines.c.line == run.line,
                 batch_lines.c.state == RUNNING, batch_lines.c.epoch == run.epoch).values(
-                state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
-                finished_at=time.time()))).rowcount
+                state=DONE, outcome=item.outcome, status_code=item.status_code, response=item.response,
+                error=item.error, finished_at=now))).rowcount
             if done:
-                counter = batches.c.completed if outcome == SUCCEEDED else batches.c.failed
-                await connection.execute(sa.update(batches).where(batches.c.id == run.batch_id).values(
-                    {counter: counter + 1, batches.c.input_tokens: batches.c.input_tokens + usage[0],
-                     batches.c.output_tokens: batches.c.output_tokens + usage[1]}))
-        return bool(done)
+                total = totals.setdefault(run.batch_id, [0, 0, 0, 0])
+                total[0 if item.outcome == SUCCEEDED else 1] += 1
+                total[2] += item.usage[0]
+                total[3] += item.usage[1]
+        for batch_id, (completed, failed, prompt, output) in totals.items():
+            await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
+                completed=batches.c.completed + completed, failed=batches.c.failed + failed,
+                input_tokens=batches.c.input_tokens + prompt, output_tokens=batches.c.output_tokens + output))
+        return sum(total[0] + total[1] for total in totals.values())
 
-    async def settle_pending(self, batch_id: str, epoch: int, outcome: str) -> int:
-        """Every line not started yet ends as ``outcome`` (cancelled, expired): how many."""
+    async def settle_pending(self, batch_id: str, epoch: int, outcome: str, *, status_code: int | None = None,
+                             response: str | None = None, error: str | None = None) -> int:
+        """Every line not started yet ends as ``outcome`` (cancelled, expired; errored, with the
+        answer given: the key was refused): how many."""
         async with self.db.begin() as connection:
             if not (await connection.execute(sa.select(batches.c.id).where(self._held(batch_id, epoch)))).first():
                 return 0
             settled = (await connection.execute(sa.update(batch_lines).where(
                 batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING).values(
-                state=DONE, outcome=outcome, finished_at=time.time()))).rowcount
+                state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
+                finished_at=time.time()))).rowcount
             if settled:
                 await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
                     failed=batches.c.failed + settled))

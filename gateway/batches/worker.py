@@ -7,8 +7,15 @@ out (a replica died: its batches are taken over), and moves each of its batches 
 - ``validating``: the input file is read and checked (``validation``), its lines stored;
   then ``in_progress``, or ``failed`` with every problem's line number;
 - ``in_progress``: pending lines are claimed and run, at most ``BATCH_CONCURRENCY`` at once on
-  this replica; past the completion window the lines not started expire;
-- ``cancelling``: lines not started are cancelled, running ones finish;
+  this replica, each slot taking its next line as its result is recorded (results and claims
+  in groups, one transaction each: ``groups``); past the completion window the lines not
+  started expire;
+- ``cancelling``: lines not started are cancelled, running ones finish; lines waiting for their
+  key's rate limit are woken and end cancelled (they never reached the engine), as at expiry;
+- a key revoked or expired (``callers.OwnerKeyRefused``, seen as a line starts or retries a
+  rate limit): the batch ends ``failed`` (``errors``: ``invalid_api_key``), every line not
+  started and every waiting line an error line (401, ``invalid_api_key``); lines already at
+  the engine finish;
 - then ``finalizing``: the output and error files are written and the batch ends
   (``completed``, ``cancelled``, ``expired``) with its webhook event in the same transaction.
 
@@ -23,11 +30,14 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 
 import orjson
 
 from gateway.batches import results
-from gateway.batches.executor import LineExecutor, error_body
+from gateway.batches.callers import OwnerKeyRefused
+from gateway.batches.executor import LineExecutor, LineStopped, error_body
+from gateway.batches.groups import LineGroups
 from gateway.batches.model import (
     CANCELLING,
     ERRORED,
@@ -42,6 +52,7 @@ from gateway.batches.model import (
     SUCCEEDED,
     VALIDATING,
     BatchRecord,
+    Finished,
     LineResult,
     LineRun,
 )
@@ -74,8 +85,11 @@ class BatchWorker:
         self.replica = replica or secrets.token_hex(8)
         self.held: dict[str, int] = {}  # batch id -> the epoch of our lease
         self.tasks: dict[str, set[asyncio.Task]] = {}  # batch id -> its lines running here
+        self.groups: dict[str, LineGroups] = {}  # batch id -> where its slots' results go (``groups``)
+        # batch id -> set when it stops (cancel, expiry, its key refused), with what its waiting lines become
+        self.stops: dict[str, tuple[asyncio.Event, Callable[[LineRun], Finished]]] = {}
         self.wake = asyncio.Event()
-        # One claim at a time on this replica (the round's and the slots' own, ``_next_line``): two
+        # One claim at a time on this replica (the round's and the groups' of the slots): two
         # claims of one batch at once could both read a line as pending. (Replicas never claim
         # lines of one batch at once: only the lease's holder does.)
         self._claiming = asyncio.Lock()
@@ -98,7 +112,9 @@ class BatchWorker:
         every = [task for tasks in self.tasks.values() for task in tasks]
         for task in every:
             task.cancel()
-        await asyncio.gather(*every, return_exceptions=True)
+        writers = [groups.close() for groups in self.groups.values()]
+        self.groups.clear()
+        await asyncio.gather(*every, *(writer for writer in writers if writer is not None), return_exceptions=True)
         for batch_id, epoch in list(self.held.items()):
             with contextlib.suppress(StoreUnavailable):
                 await self.store.release(batch_id, self.replica, epoch)
@@ -138,8 +154,12 @@ class BatchWorker:
     def _lose(self, batch_id: str) -> None:
         """Another replica holds the batch now: stop its lines here (their results would be dropped)."""
         self.held.pop(batch_id, None)
+        self.stops.pop(batch_id, None)
         for task in self.tasks.pop(batch_id, set()):
             task.cancel()
+        groups = self.groups.pop(batch_id, None)
+        if groups is not None:
+            groups.close()
 
     async def _step(self, batch_id: str, epoch: int) -> None:
         record = await self.store.load(batch_id)
@@ -151,12 +171,15 @@ class BatchWorker:
         elif record.status == IN_PROGRESS:
             await self._progress(record, epoch)
         elif record.status == CANCELLING:
+            self._stop(batch_id, cancelled)
             await self.store.settle_pending(batch_id, epoch, LINE_CANCELLED)
             await self._finalize_when_idle(record, epoch, "cancelled", only_from=(CANCELLING,))
         elif record.status == FINALIZING:
             await self._end(record, epoch)
         else:
             self.held.pop(batch_id, None)
+            self.groups.pop(batch_id, None)
+            self.stops.pop(batch_id, None)
 
     # --- validating --------------------------------------------------------------------------
     async def _validate(self, record: BatchRecord, epoch: int) -> None:
@@ -214,6 +237,7 @@ class BatchWorker:
     # --- running -----------------------------------------------------------------------------
     async def _progress(self, record: BatchRecord, epoch: int) -> None:
         if record.ended_as is None and time.time() >= record.expires_at:
+            self._stop(record.id, expired)
             await self.store.settle_pending(record.id, epoch, LINE_EXPIRED)
             await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=EXPIRED)
             record.ended_as = EXPIRED
@@ -222,8 +246,9 @@ class BatchWorker:
             if free > 0:
                 async with self._claiming:
                     runs = await self.store.claim(record.id, epoch, record.endpoint, free)
+                groups = self._groups(record, epoch) if runs else None
                 for run in runs:
-                    task = asyncio.create_task(self._run_line(run, record), name=f"batch-line-{run.line}")
+                    task = asyncio.create_task(self._run_line(run, record, groups), name=f"batch-line-{run.line}")
                     self.tasks.setdefault(record.id, set()).add(task)
                     task.add_done_callback(lambda done, batch_id=record.id: self._line_done(batch_id, done))
         await self._finalize_when_idle(record, epoch, record.ended_as or "completed", only_from=(IN_PROGRESS,))
@@ -247,48 +272,68 @@ class BatchWorker:
             log.warning("a batch line failed: %s", type(task.exception()).__name__)
         self.wake.set()
 
-    async def _run_line(self, run: LineRun | None, record: BatchRecord) -> None:
-        """Run ``run``, then the batch's next pending lines in the same slot, until none is left to take."""
+    async def _run_line(self, run: LineRun | None, record: BatchRecord, groups: LineGroups) -> None:
+        """Run ``run``, then the batch's next pending lines in the same slot, until none is left to take.
+
+        Each result goes to the store with the group of results that end about then, and the
+        slot's next line comes back from the same transaction (``groups``): no round in between,
+        so the engines stay as busy as ``BATCH_CONCURRENCY`` allows."""
         while run is not None:
-            await self._settle_line(run, record)
-            run = await self._next_line(record, run.epoch)
-
-    async def _next_line(self, record: BatchRecord, epoch: int) -> LineRun | None:
-        """The batch's next pending line, taken at once in the slot that just freed (no round in
-        between, so the engines stay as busy as ``BATCH_CONCURRENCY`` allows); None when the batch
-        is no longer ours, has expired, or has nothing pending (the store checks the lease, the
-        epoch and ``in_progress``: a cancelled batch takes no more)."""
-        if self.held.get(record.id) != epoch or time.time() >= record.expires_at \
-                or self.running > self.settings.batch_concurrency:
-            return None
-        try:
-            async with self._claiming:
-                runs = await self.store.claim(record.id, epoch, record.endpoint, 1)
-        except StoreUnavailable:
-            return None
-        return runs[0] if runs else None
-
-    async def _settle_line(self, run: LineRun, record: BatchRecord) -> None:
-        result = await self._answer(run, record.owner)
-        outcome = SUCCEEDED if 200 <= result.status_code < 300 else ERRORED
-        response = orjson.dumps(result.body).decode()
-        used = usage_of(result.body)
-        delay = RETRY_BASE_SECONDS
-        while True:  # the answer is kept until the store takes it (or the batch is lost)
+            stop = self.stops.setdefault(record.id, (asyncio.Event(), cancelled))[0]
             try:
-                await self.store.finish(run, outcome=outcome, status_code=result.status_code, response=response,
-                                        error=None, usage=(used.prompt, used.completion))
-                return
-            except StoreUnavailable:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                done = finished(run, await self._answer(run, record.owner, stop))
+            except LineStopped:
+                done = self.stops.get(record.id, (stop, cancelled))[1](run)
+            except OwnerKeyRefused as refusal:
+                done = refused(run, refusal)
+                await self._refuse_owner(record, run.epoch, refusal)
+            run = await groups.finish(done, wants_next=self._takes_more(record, run.epoch))
 
-    async def _answer(self, run: LineRun, owner: str) -> LineResult:
+    def _stop(self, batch_id: str, ended: Callable[[LineRun], Finished]) -> None:
+        """Wake the batch's lines waiting for a rate limit: each ends as ``ended`` makes it (once)."""
+        stop = self.stops.get(batch_id, (asyncio.Event(), ended))[0]
+        if not stop.is_set():  # (the first reason to stop is the one its lines end with)
+            self.stops[batch_id] = (stop, ended)
+            stop.set()
+
+    async def _refuse_owner(self, record: BatchRecord, epoch: int, refusal: OwnerKeyRefused) -> None:
+        """The batch's key was revoked or has expired: no line of it starts again; it ends ``failed``."""
+        stop, _ = self.stops.get(record.id, (None, None))
+        if stop is not None and stop.is_set():
+            return  # already stopped (by another of its lines, a cancel, the window)
+        self._stop(record.id, lambda run: refused(run, refusal))
+        problem = {"code": refusal.code, "message": refusal.message, "param": None, "line": None}
+        await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=FAILED, errors=[problem])
+        line = refused_line(record.endpoint, refusal)
+        await self.store.settle_pending(record.id, epoch, ERRORED, status_code=line.status_code,
+                                        response=orjson.dumps(line.body).decode(),
+                                        error=orjson.dumps(line.error).decode())
+        self.wake.set()
+
+    def _takes_more(self, record: BatchRecord, epoch: int) -> bool:
+        """Whether a slot that just freed takes another line of ``record``: not when the batch is no
+        longer ours, has expired, or this replica runs more than ``BATCH_CONCURRENCY`` (the store
+        checks the lease, the epoch and ``in_progress`` again: a cancelled batch takes no more)."""
+        return self.held.get(record.id) == epoch and time.time() < record.expires_at \
+            and self.running <= self.settings.batch_concurrency
+
+    def _groups(self, record: BatchRecord, epoch: int) -> LineGroups:
+        groups = self.groups.get(record.id)
+        if groups is None or groups.epoch != epoch:
+            async def write(results: list[Finished], count: int) -> list[LineRun]:
+                async with self._claiming:
+                    return await self.store.record_and_claim(record.id, epoch, record.endpoint, results, count)
+            groups = self.groups[record.id] = LineGroups(write, epoch=epoch, name=f"batch-results-{record.id}")
+        return groups
+
+    async def _answer(self, run: LineRun, owner: str, stop: asyncio.Event) -> LineResult:
         attempts = self.settings.batch_line_max_attempts
         delay = RETRY_BASE_SECONDS
         for attempt in range(1, attempts + 1):
             try:
-                return await self.executor.run_line(run, owner)
+                return await self.executor.run_line(run, owner, stop)
+            except OwnerKeyRefused:
+                raise  # the batch stops (``_refuse_owner``)
             except Failure as failure:  # an engine's (no status of its own), or the gateway's own
                 error = http_error(failure)
                 if error.status < 500 or attempt == attempts:
@@ -305,3 +350,31 @@ class BatchWorker:
         await self.store.end(record, epoch, status=record.ended_as or "completed", output_file_id=output_file_id,
                              error_file_id=error_file_id)
         self.held.pop(record.id, None)
+        self.stops.pop(record.id, None)
+
+
+def finished(run: LineRun, result: LineResult) -> Finished:
+    """A line's result as the store keeps it: its outcome, its answer, its usage."""
+    used = usage_of(result.body)
+    return Finished(run, SUCCEEDED if 200 <= result.status_code < 300 else ERRORED, result.status_code,
+                    orjson.dumps(result.body).decode(),
+                    orjson.dumps(result.error).decode() if result.error is not None else None,
+                    (used.prompt, used.completion))
+
+
+def refused_line(endpoint: str, refusal: OwnerKeyRefused) -> LineResult:
+    """A line refused for its batch's key (revoked, expired): 401 ``invalid_api_key``, as a live request's."""
+    return LineResult(refusal.status, error_body(endpoint, refusal),
+                      error={"code": refusal.code, "message": refusal.message})
+
+
+def refused(run: LineRun, refusal: OwnerKeyRefused) -> Finished:
+    return finished(run, refused_line(run.endpoint, refusal))
+
+
+def cancelled(run: LineRun) -> Finished:
+    return Finished(run, LINE_CANCELLED, None, None)
+
+
+def expired(run: LineRun) -> Finished:
+    return Finished(run, LINE_EXPIRED, None, None)

@@ -51,7 +51,7 @@ from gateway.engines.errors import (
     translate_client_error,
 )
 from gateway.engines.fleet import Fleet
-from gateway.engines.router import Router
+from gateway.engines.router import AFFINITY_HITS, Router
 from gateway.engines.routing import RouteHints, openai_hints
 from gateway.engines.stream import EngineStream, Refused
 from gateway.http import queueing
@@ -131,8 +131,9 @@ class EngineClient:
     async def _first(self, route: RouteHints | None, request: RequestContext | None = None) -> Engine:
         # A request granted an engine by flow control starts there (failover may still move it).
         engine = queueing.granted_engine(request, route)
-        if engine is not None:  # (the trace's routing receipt says so)
+        if engine is not None:  # (the trace's routing receipt says so, and whether the router's pick hit)
             self.router.last_reason, self.router.last_candidates = "flow_control_grant", []
+            self.router.last_affinity_hit = queueing.granted_reason(request) in AFFINITY_HITS
         else:
             engine = self.router.pick(route)
         if engine is None and self.when_none_ready is not None:

@@ -27,6 +27,10 @@ from gateway.engines.routing import RouteHints
 from gateway.http.metrics import counting
 
 EJECTED_FALLBACK = "ejected_fallback"
+# The reasons that mean the engine is the one the request's prompt prefix (or affinity key, which
+# keeps a conversation, hence its prefix, on one engine) hashes to: its KV blocks are likely cached
+# there. Their ``*_overflow`` and ``*_repinned`` variants went elsewhere: a miss.
+AFFINITY_HITS = frozenset({"prefix", "affinity"})
 
 
 def make_policy(name: str, *, load_bound: float = 1.25) -> Policy:
@@ -51,6 +55,7 @@ class Router:
         # read right after ``pick`` returns (synchronously: no other pick in between).
         self.last_reason: str | None = None
         self.last_candidates: list[Engine] = []
+        self.last_affinity_hit = False  # the last pick went where its prefix or key hashes to
 
     @classmethod
     def from_settings(cls, settings: Settings, fleet: Fleet, *, metrics=None) -> Router:
@@ -81,6 +86,7 @@ class Router:
             engine, reason = min(ready, key=lambda e: e.ejected_until), EJECTED_FALLBACK
         self.count(reason)
         self.last_reason, self.last_candidates = reason, candidates
+        self.last_affinity_hit = reason in AFFINITY_HITS
         return engine
 
     def count(self, reason: str) -> None:

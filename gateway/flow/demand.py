@@ -35,6 +35,7 @@ class Demand:
     tokens: int = 1                # estimated cost: prompt + completion tokens
     route: Any = None              # what the engine picker needs (``RouteHints``)
     capped: bool = False           # counts against MAX_INFLIGHT(_PER_KEY) (a client's request; ``caps``)
+    routed: str | None = None      # why the picker chose the granted engine (for the trace's receipt)
     # Who shares fairly with whom: the team, or the key when it has none.
     tenant: str = field(init=False)
 

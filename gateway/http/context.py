@@ -19,6 +19,11 @@ spent queued) becomes a slot of this class, set by the middleware or by the laye
 learns it; one only some requests carry (a token reservation, a trace span) goes in
 :meth:`put`/:meth:`get`, keyed by its own type, allocated only when something is put.
 Creating one costs one object: nothing else is allocated per request.
+
+The JSON body the engine gets is parsed once, by the protocol that reads it: it keeps the
+result with the very bytes it describes (:meth:`keep_parsed`), and the layers after it
+(limits, tracing) read it with :meth:`parsed`, which answers only for those bytes, so a body
+changed on the way (an output limit lowered) is never described by a stale payload.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class StartHook:
 
 class RequestContext:
     __slots__ = ("request_id", "principal", "route", "path_params", "started", "engine_wait", "status", "scope",
-                 "receive", "server_send", "affinity_key", "response_headers", "_hook", "_shapes", "_extensions")
+                 "receive", "server_send", "affinity_key", "response_headers", "_hook", "_shapes", "_extensions",
+                 "_body", "_payload")
 
     def __init__(self, request_id: str, *, scope: Scope | None = None, receive: Receive | None = None,
                  server_send: Send | None = None, principal: Caller | None = None,
@@ -74,6 +80,8 @@ class RequestContext:
         self._hook = hook
         self._shapes = shapes
         self._extensions: dict[type, Any] | None = None
+        self._body: bytes | None = None  # the engine body the protocol parsed...
+        self._payload: dict | None = None  # ...and what it parsed it to (see keep_parsed)
 
     # --- who ---------------------------------------------------------------------------
     @property
@@ -81,6 +89,21 @@ class RequestContext:
         """The caller's key id (``http.key_ids``): owner of what it creates, label of its usage."""
         principal = self.principal
         return principal.key_id if principal is not None else "-"
+
+    # --- the body, parsed once ---------------------------------------------------------------
+    def keep_parsed(self, body: bytes, payload: dict) -> None:
+        """``payload`` is ``orjson.loads(body)``: kept for the layers that read ``body`` later.
+
+        The protocol calls it with the engine body it built and the dict it built it from (or
+        parsed it into); neither may change afterwards (a layer that changes the body makes new
+        bytes, which :meth:`parsed` does not answer for).
+        """
+        self._body = body
+        self._payload = payload
+
+    def parsed(self, body: bytes | None) -> dict | None:
+        """``body`` parsed, when it is the very bytes kept by :meth:`keep_parsed`; else None (parse it)."""
+        return self._payload if body is not None and body is self._body else None
 
     # --- answering -----------------------------------------------------------------------
     async def send(self, message: Message) -> None:
@@ -109,6 +132,7 @@ class RequestContext:
         copy = RequestContext(self.request_id, principal=self.principal, affinity_key=self.affinity_key,
                               shapes=self._shapes)
         copy.route = self.route
+        copy._body, copy._payload = self._body, self._payload
         if self._extensions is not None:  # what was attached travels with it (a token reservation, a span)
             copy._extensions = dict(self._extensions)
         return copy

@@ -115,7 +115,10 @@ class Metrics:
             "gateway_requests_in_flight", "Requests admitted and being served (read from admission control)", registry=r
         )
         self.rejected = Counter(
-            "gateway_rejected", "Requests refused before reaching a route, by reason", ["reason"], registry=r
+            "gateway_rejected",
+            "Requests the gateway refused itself, by reason: before a route (auth, admission, body_size, cors, "
+            "host), at their limits (rate_limit, budget, limits_unavailable) or by the queue (queue_full, ...)",
+            ["reason"], registry=r
         )
         self.tokens = Counter(
             "gateway_tokens",

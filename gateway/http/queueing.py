@@ -15,7 +15,8 @@ The one home of how an HTTP request meets ``gateway.flow``; the relays call it o
 Only the generating routes queue (``QUEUED_PATHS``); a tokenize or a model list never waits.
 What a request carries once granted (``Queued``) is attached to its context
 (``RequestContext.put``). Its wait is engine time (it is left out of ``X-Gateway-Added-Ms``), and
-goes out as ``x-queue-wait-ms`` and in the access log's ``queue_ms``.
+goes out as ``x-queue-wait-ms``, in the access log's ``queue_ms`` and, traced, as the server span's
+``gateway.queue.*`` attributes and a ``queue`` child span when it waited (docs/tracing.md).
 
 The HTTP answers live here too: a refusal by the queue is 429 when the request's own key (or
 team) was the limit, so its client should send less, and 503 when the fleet is full, so any
@@ -25,6 +26,7 @@ a 400 naming the field (``x-priority``, ``priority``).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -47,6 +49,7 @@ from gateway.flow.errors import QueueRefused
 from gateway.http.admission import Admission, Slot
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
+from gateway.tracing.hooks import trace_of
 
 _CODES = {errors.TIMEOUT: "queue_timeout", errors.DISPLACED: "queue_displaced"}
 QUEUED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
@@ -63,9 +66,16 @@ _TOTAL = re.compile(rb'"total_tokens"\s*:\s*(\d{1,12})')
 _IN_OUT = re.compile(rb'"(?:input|output)_tokens"\s*:\s*(\d{1,12})')
 
 
-def refusal_error(refusal: QueueRefused) -> GatewayError:
+class QueueRefusal(GatewayError):
+    """The queue refused the request (429: its own limit; 503: the fleet is full): no engine was asked.
+
+    Counted as the gateway's refusal (``gateway_rejected_total{reason=<code>}``), never as an upstream error.
+    """
+
+
+def refusal_error(refusal: QueueRefused) -> QueueRefusal:
     status = 429 if refusal.own_limit else 503
-    return GatewayError(status, refusal.message, code=_CODES.get(refusal.reason, refusal.reason),
+    return QueueRefusal(status, refusal.message, code=_CODES.get(refusal.reason, refusal.reason),
                         headers={"retry-after": str(refusal.retry_after)})
 
 
@@ -114,10 +124,20 @@ async def acquire(flow: FlowControl | None, request: RequestContext, path: str, 
     slot = request.get(Slot)
     if slot is not None:  # admitted by the middleware's counters on a route not deferred: the flow counts it now
         slot.hand_over()
+    trace = trace_of(request)  # (None when tracing is off or the request is not traced: no clock read)
+    started = time.perf_counter() if trace is not None else 0.0
     try:
         grant = await flow.acquire(demand)
     except QueueRefused as refusal:
+        if trace is not None:
+            trace.queued(chosen.name, "refused", time.perf_counter() - started, refusal.reason)
         raise refusal_error(refusal) from None
+    except asyncio.CancelledError:  # its client left while it waited
+        if trace is not None:
+            trace.queued(chosen.name, "left", time.perf_counter() - started)
+        raise
+    if trace is not None:
+        trace.queued(chosen.name, "dispatched", grant.waited)
     request.put(Queued(grant, engine_priority_header(chosen, flow.scheduling_policy)))
     request.add_response_header(QUEUE_WAIT_HEADER, str(grant.wait_ms))
     return body
@@ -162,6 +182,12 @@ def granted_engine(request: RequestContext | None, route: Any) -> Any:
             or not engine.routable(time.monotonic()):
         return None
     return engine
+
+
+def granted_reason(request: RequestContext | None) -> str | None:
+    """Why the router picked ``request``'s granted engine (its routing reason), if it was granted one."""
+    queued = request.get(Queued) if request is not None else None
+    return queued.grant.demand.routed if queued is not None else None
 
 
 def engine_headers(request: RequestContext | None, engine: Any, headers: dict[str, str]) -> dict[str, str]:
@@ -256,9 +282,16 @@ def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any,
     the flow instead, and wait at ``MAX_INFLIGHT`` / ``MAX_INFLIGHT_PER_KEY`` (``gateway.flow.caps``)."""
     if not settings.flow_control:
         return None
-    flow = FlowControl.from_settings(settings, engines=lambda: engines.fleet.engines,
-                                     pick=lambda demand, full: engines.router.pick(demand.route, full),
-                                     metrics=metrics, others=admission)
+
+    def pick(demand: Demand, full: Any) -> Any:
+        router = engines.router
+        engine = router.pick(demand.route, full)
+        if engine is not None:
+            demand.routed = router.last_reason  # (read right after the pick: no other in between)
+        return engine
+
+    flow = FlowControl.from_settings(settings, engines=lambda: engines.fleet.engines, pick=pick, metrics=metrics,
+                                     others=admission)
     engine_state.on_change(flow.capacity_changed)
     if admission is not None:
         # (The scheduler's own: a no-op while nothing waits, since it runs at the end of every request.)

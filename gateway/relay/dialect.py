@@ -69,9 +69,12 @@ class StreamTracker(Protocol):
 class StreamDialect(Protocol):
     name: str
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> StreamTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> StreamTracker:
         """A tracker for one stream. ``relay_usage``: the client asked for the usage event;
-        ``count_events`` false: the caller counts the events itself (a tracker may still)."""
+        ``count_events`` false: the caller counts the events itself (a tracker may still);
+        ``finish_reason``: the caller wants the finish reason (a trace) even when it does not
+        collect the text (a tracker that reads it anyway may ignore this)."""
 
     def error_events(self, message: str, code: str) -> list[bytes]:
         """The events that end a stream in error, after it started (e.g. error event + [DONE])."""

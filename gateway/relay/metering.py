@@ -38,6 +38,7 @@ import orjson
 from gateway.failures import Failure, LimitReached, Unavailable
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
+from gateway.relay.end_users import EndUsers
 from gateway.tenancy.errors import LimiterUnavailable
 from gateway.tenancy.limits.demand import demand_for
 from gateway.tenancy.limits.estimate import Estimate, estimate
@@ -67,9 +68,10 @@ class Meter:
     """The limiter and the ledger as the request path uses them (one per process, on ``Relay``)."""
 
     def __init__(self, limiter: Limiter, ledger: UsageLedger, *,
-                 resolve_model: Callable[[str], str | None] | None = None) -> None:
+                 resolve_model: Callable[[str], str | None] | None = None, end_users: EndUsers | None = None) -> None:
         self.limiter = limiter
         self.ledger = ledger
+        self.end_users = end_users or EndUsers()  # labels end users for their limits (the key-id secret)
         self.resolve_model = resolve_model  # an alias in a key's models list -> the served name
         self.queued_paths: frozenset[str] = frozenset()  # their max_concurrency is flow control's (it waits there)
 
@@ -91,14 +93,15 @@ class Meter:
         limited = limits is not None and not (limits.empty and (team is None or team.limits.empty))
         est: Estimate | None = None
         if limited or models is not None:
-            if payload is None:
-                payload = _parsed(body)
+            if payload is None:  # (the protocol's parse of this very body when it kept one)
+                payload = request.parsed(body) or _parsed(body)
             est = estimate(payload, body_bytes=len(body or b""), generates=path not in NO_OUTPUT_PATHS)
             if models is not None:
                 self._check_model(est.model, models)
         metered = Metered(self, request, path, est)
         if limited:
-            end_user = principal.subject if getattr(principal, "is_end_user", False) else None
+            # Each end user within the key's limits (relay.end_users: a token's user, else the body's `user`).
+            end_user = self.end_users.label(principal, payload, path) if limits.end_user is not None else None
             demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
                                 prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens,
                                 concurrency=not (queues and path in self.queued_paths))
@@ -320,27 +323,6 @@ def visible_cards(meter: Meter | None, principal: Any, cards: list[dict]) -> lis
     if meter is None or getattr(principal, "models", None) is None:
         return cards
     return [card for card in cards if meter.may_see(principal, card.get("id"))]
-
-
-async def settle_answer(request: RequestContext, answer: bytes) -> None:
-    """Settle the request's call with the usage of the engine's JSON ``answer``."""
-    metered = request.get(Metered)
-    if metered is not None and not metered.settled:
-        usage, model = usage_of(answer)
-        await metered.settle(usage, model=model)
-
-
-def usage_of(answer: bytes) -> tuple[object, object]:
-    """The ``usage`` and ``model`` of a non-streamed JSON answer (None, None when it has none)."""
-    if b'"usage"' not in answer:
-        return None, None
-    try:
-        parsed = orjson.loads(answer)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(parsed, dict):
-        return None, None
-    return parsed.get("usage"), parsed.get("model")
 
 
 def _parsed(body: bytes | None) -> dict | None:

@@ -39,6 +39,7 @@ from gateway.relay.channel import ClientChannel
 from gateway.relay.dialect import StreamResult, StreamTracker
 from gateway.relay.metering import admit_call, metered_sink, settle_call
 from gateway.relay.pump import pump
+from gateway.relay.refusals import count_failure
 from gateway.relay.switch import Switches
 from gateway.tracing import hooks as tracing
 
@@ -125,7 +126,8 @@ class Run:
         call, sink, channel = self.call, self.sink, self.channel
         tracker = self.tracker = call.dialect.tracker(relay_usage=call.relay_usage,
                                                       collect_text=call.on_complete is not None,
-                                                      count_events=not sink.counts_events)
+                                                      count_events=not sink.counts_events,
+                                                      finish_reason=tracing.recorded(self.request))
         tracing.stream_started(self.request, call)
         failure: Failure | None = None
         try:
@@ -194,7 +196,7 @@ class Run:
         """The engine refused or could not be reached: the client gets the HTTP error; nothing stays to resume."""
         self.done = True
         request, channel = self.request, self.channel
-        self.relay.metrics.upstream_errors.labels(error.code or getattr(error, "kind", "error")).inc()
+        count_failure(self.relay.metrics, error)  # the gateway's own refusals are no upstream errors
         if channel is not None:
             channel.stop_watching()
         queueing.release(request)

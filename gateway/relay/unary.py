@@ -25,7 +25,8 @@ from gateway.http.context import RequestContext
 from gateway.http.disconnect import DisconnectWatcher
 from gateway.http.errors import send_error
 from gateway.relay.call import Relay, with_affinity
-from gateway.relay.metering import admit_call, settle_answer, settle_call
+from gateway.relay.metering import admit_call, settle_call
+from gateway.relay.refusals import count_failure, count_refusal
 from gateway.tracing import hooks as tracing
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -40,7 +41,11 @@ async def relay_json(request: RequestContext, relay: Relay, method: str, path: s
                      count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
                      on_success: SuccessHook | None = None) -> None:
     """Send ``body`` to the engine's ``path`` and answer ``request`` with what it answers."""
-    body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+    try:
+        body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+    except Failure as error:
+        count_refusal(relay.metrics, error)
+        raise
     try:
         await _relay(request, relay, method, path, body, count_usage=count_usage, route=route,
                      content_type=content_type, on_success=on_success)
@@ -64,7 +69,7 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
             return  # the client left: the engine request is closed, vLLM aborts
         raise
     except Failure as error:
-        metrics.upstream_errors.labels(error.code or getattr(error, "kind", "error")).inc()
+        count_failure(metrics, error)  # (the queue's refusals are the gateway's, not the engine's)
         await send_error(request.error_shape, error, request.send)
         return
     finally:
@@ -81,7 +86,9 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
             metrics.upstream_errors.labels("engine_error").inc()
         await send_error(request.error_shape, parse_error_body(status, answer), request.send)
         return
-    await settle_answer(request, answer)
+    # Settled with the usage decoded above and the model the route asked for (the name vLLM
+    # answers with): the answer is not parsed a second time.
+    await settle_call(request, usage, model=route.model if route is not None else None)
     if count_usage and usage is not None:
         metrics.count_usage(request.key_id, usage)
     if on_success is not None:

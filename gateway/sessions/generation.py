@@ -47,6 +47,7 @@ class Generation:
         self.stop_reason: str | None = None
         self.consumers = 0
         self.run: Run | None = None  # the run producing it (its engine stream, its task)
+        self.trace = None  # its request's trace (``gateway.tracing``), if traced: the store writer's events
         self.disconnect_timer: asyncio.TimerHandle | None = None
         self.created_at = time.time()
         self.ended_at: float | None = None

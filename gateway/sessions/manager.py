@@ -43,6 +43,7 @@ from gateway.sessions.persistence import LOST, EndingDialect, FeedBroken, Persis
 from gateway.sessions.response import FollowerResponse
 from gateway.sessions.sink import LogSink, SinkHooks
 from gateway.sessions.store.base import NewGeneration, SessionStore
+from gateway.tracing.hooks import trace_of
 
 log = logging.getLogger("gateway.sessions")
 
@@ -294,6 +295,8 @@ class SessionManager:
         run = Run(call, request, self.relay, LogSink(generation, self._hooks), stream=stream,
                   on_client_left=lambda: self._client_left(generation))
         generation.run = run
+        trace = trace_of(request)  # (kept beyond the run: the store's last writes come after it)
+        generation.trace = trace if trace is not None and trace.recording else None
         return run
 
     def _check_room(self, owner: str) -> None:

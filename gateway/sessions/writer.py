@@ -11,6 +11,10 @@ When the store fails, nothing is lost: every generation stays dirty and is writt
 later flush (one a second). ``backlog_bytes`` says how much is waiting, so the manager can
 refuse new streams before memory grows without bound; the failure is logged once with its
 traceback, then once a minute while it lasts, then its recovery.
+
+A traced request's generation gets one ``gateway.session.write`` event per flush that wrote
+its events (how many, their bytes, the ending, the transaction's time; docs/tracing.md), never
+one per event.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class StoreWriter:
         batch = Batch()
         size = 0
         written: list[tuple[Generation, int, bool]] = []
+        traced: list[tuple[object, int, int, bool]] = []  # (the request's trace, events, bytes, ending)
         for generation in dirty.values():
             if generation.replaced:
                 continue  # a newer generation owns the session id; its claim removed this one
@@ -76,6 +81,7 @@ class StoreWriter:
             start = min(log_.persisted, log_.next_index)
             frames = log_.pending_since(start)
             end = start + len(frames)
+            raw = b""
             if frames:
                 raw = b"".join(frames)
                 size += len(raw)
@@ -84,11 +90,17 @@ class StoreWriter:
             if ending:
                 batch.endings.append(Ending(generation.gen_id, generation.how or "error", end))
             written.append((generation, end, ending))
+            trace = generation.trace
+            if trace is not None:
+                traced.append((trace, len(frames), len(raw), ending))
         if not batch:
             return
+        started = time.perf_counter()
         try:
             fenced = await self.store.write(batch)
         except BaseException as exc:
+            if traced:
+                _trace_writes(traced, time.perf_counter() - started, type(exc).__name__)
             # Nothing is lost: the generations stay dirty for the next flush (or the one at shutdown).
             for generation, _, _ in written:
                 self.mark(generation)
@@ -104,6 +116,8 @@ class StoreWriter:
                 log.error("session store writes still failing", extra={
                     "seconds": round(now - self._failing_since), "backlog_bytes": size, "error": repr(exc)[:200]})
             return
+        if traced:
+            _trace_writes(traced, time.perf_counter() - started, None)
         if self._failing:
             log.warning("session store writes recovered",
                         extra={"seconds": round(time.monotonic() - self._failing_since)})
@@ -119,3 +133,10 @@ class StoreWriter:
             elif ending:
                 generation.ending_stored = True
                 self.on_written(generation)
+
+
+def _trace_writes(traced: list, seconds: float, error: str | None) -> None:
+    """Each traced request's share of one flush (the transaction's time is the whole batch's)."""
+    for trace, events, size, ending in traced:
+        trace.stored({"gateway.session.events": events, "gateway.session.bytes": size,
+                      "gateway.session.ending": ending, "gateway.session.write_ms": round(seconds * 1000, 3)}, error)

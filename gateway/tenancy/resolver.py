@@ -3,11 +3,17 @@
 Invalidation is a **version counter polled every ``KEY_CACHE_POLL_SECONDS`` (0.25 s)**: every
 change of a key or team raises ``gateway_state.version`` in the same transaction
 (``store.KeyStore``), and each replica reads that one row; a new value drops the whole cache.
+A replica polls only once it has something the counter guards: a database key found by a
+lookup, a change made through it (``changed``), or the database found down (the polls tell
+when it is back). Until then its cache holds no key, only tokens known to be no key, which no
+change can make valid (secrets are the gateway's own random ones), so a gateway whose callers
+use configured keys only pays no poll at all. A token not in the cache is looked up in the
+database whether or not it polls, so a key created on another replica works here at once.
 Chosen over Redis pub/sub because a counter is state, not a message: a replica whose
 connection blinked catches up at its next poll, where a missed publish would leave a revoked
 key working until the next change; and the counter commits with the change itself, so no
 failure between "changed" and "announced" can leave them apart. It needs no Redis, so keys
-behave the same with in-process limits. Its cost is one indexed one-row read per replica
+behave the same with in-process limits. Its cost, once a replica polls, is one indexed one-row read
 every 0.25 s.
 
 So a revoked key is refused on every replica within one poll interval plus the poll's own
@@ -59,6 +65,8 @@ class KeyResolver:
         self._pending: dict[str, asyncio.Future] = {}  # digest -> its lookup under way
         self._poller: asyncio.Task | None = None
         self._stopping = asyncio.Event()
+        self._started = False
+        self.polling = False  # from the first key seen (or change, or outage) on; see the module's docstring
 
     async def resolve(self, token: str) -> ResolvedKey | None:
         """The valid key behind ``token``, or None; ``StoreUnavailable`` when it cannot be known now."""
@@ -66,7 +74,8 @@ class KeyResolver:
             return None
         digest = secret_digest(token)
         cached = self._cache.get(digest)
-        if cached is not None and (self.store_down or self.monotonic() - self._confirmed_at < STALE_AFTER_SECONDS):
+        if cached is not None and (self.store_down or self.monotonic() - self._confirmed_at < STALE_AFTER_SECONDS
+                                   or not self.polling):  # (not polling: only tokens that are no key are cached)
             found = cached
         elif self.store_down:
             raise StoreUnavailable("the gateway's database is unavailable: this key cannot be checked now")
@@ -91,9 +100,12 @@ class KeyResolver:
                 async with asyncio.timeout(STORE_TIMEOUT_SECONDS):
                     key = await self.store.resolve(digest)
             except (StoreUnavailable, TimeoutError):
+                self._poll_from_now()  # (the polls tell when it answers again)
                 if cached is not None:
                     return cached
                 raise StoreUnavailable("the gateway's database is unavailable: this key cannot be checked now")
+        if key is not None:
+            self._poll_from_now()  # a key is cached from now on: its revocation must reach this replica
         found = _UNKNOWN if key is None else key
         if version == self._version:  # no change seen since the lookup began: the answer may be kept
             if len(self._cache) >= self.max_entries:
@@ -111,6 +123,7 @@ class KeyResolver:
                 log.warning("the gateway's database is unreachable: known keys keep working from the cache, "
                             "unknown ones are refused (503) until it answers again")
             self.store_down = True
+            self._poll_from_now()
             return
         if version != self._version:
             self._cache.clear()
@@ -120,25 +133,38 @@ class KeyResolver:
         self.store_down = False
         self._confirmed_at = self.monotonic()
 
+    async def changed(self) -> None:
+        """A key or team was changed through this replica: its cache follows at once, and polls from now on."""
+        self._poll_from_now()
+        await self.refresh()
+
+    def _poll_from_now(self) -> None:
+        self.polling = True
+        if self._started and self._poller is None and not self._stopping.is_set():
+            self._poller = asyncio.create_task(self._poll(self._stopping), name="key-cache-poller")
+
     async def _poll(self, stopping: asyncio.Event) -> None:
         while True:
+            await self.refresh()  # (the first at once: what was cached before the polls began is confirmed)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll_interval):
                     await stopping.wait()
             if stopping.is_set():
                 return
-            await self.refresh()
 
     async def start(self) -> None:
-        if self._poller is not None:
+        if self._started:
             return
-        await self.refresh()
         self._stopping = asyncio.Event()
-        self._poller = asyncio.create_task(self._poll(self._stopping), name="key-cache-poller")
+        self._started = True
+        await self.refresh()  # (the store down at start: polls from now on)
+        if self.polling:  # (started again after a stop)
+            self._poll_from_now()
 
     async def stop(self) -> None:
         """Stop polling; a poll under way finishes first (a query cancelled half-way can strand its connection)."""
+        self._stopping.set()
         if self._poller is not None:
-            self._stopping.set()
             await self._poller
             self._poller = None
+        self._started = False

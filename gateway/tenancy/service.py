@@ -77,7 +77,7 @@ class Tenancy:
 
     async def changed(self) -> None:
         """A key or team was changed through this replica: its own cache follows at once (the others poll)."""
-        await self.resolver.refresh()
+        await self.resolver.changed()
 
     def require_ready(self) -> None:
         if not self.ready:

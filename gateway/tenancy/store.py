@@ -191,23 +191,24 @@ class KeyStore:
     # --- resolution ------------------------------------------------------------------------
     async def resolve(self, digest: str) -> ResolvedKey | None:
         """The key whose secret has this digest, if it is not revoked (expiry is checked at use)."""
-        query = (sa.select(keys, key_secrets.c.expires_at.label("secret_expires_at"),
-                           teams.c.limits.label("team_limits"), teams.c.priority.label("team_priority"),
-                           teams.c.weight.label("team_weight"))
+        query = (sa.select(keys, key_secrets.c.expires_at.label("secret_expires_at"), *_TEAM_COLUMNS)
                  .select_from(key_secrets.join(keys, keys.c.id == key_secrets.c.key_id)
                               .outerjoin(teams, teams.c.id == keys.c.team_id))
                  .where(key_secrets.c.digest == digest, keys.c.revoked_at.is_(None)))
         async with self._reading() as db:
             row = (await db.execute(query)).mappings().first()
-        if row is None:
-            return None
-        team = TeamLimits(row["team_id"], _load_limits(row["team_limits"])) if row["team_id"] is not None else None
-        return ResolvedKey(
-            id=row["id"], name=row["name"], role=row["role"], team=team, models=_load_models(row["models"]),
-            limits=_load_limits(row["limits"]),
-            priority=row["priority"] or row["team_priority"] or DEFAULT_PRIORITY,
-            weight=_first(row["weight"], row["team_weight"], DEFAULT_WEIGHT),
-            expires_at=as_utc(row["expires_at"]), secret_expires_at=as_utc(row["secret_expires_at"]))
+        return _resolved(row, as_utc(row["secret_expires_at"])) if row is not None else None
+
+    async def resolve_id(self, key_id: str) -> ResolvedKey | None:
+        """The key ``key_id`` as its requests see it (team, limits), if it is not revoked; for what it issued.
+
+        A feature's end-user tokens count against the key that issued them (the marketplace's).
+        """
+        query = (sa.select(keys, *_TEAM_COLUMNS).select_from(keys.outerjoin(teams, teams.c.id == keys.c.team_id))
+                 .where(keys.c.id == key_id, keys.c.revoked_at.is_(None)))
+        async with self._reading() as db:
+            row = (await db.execute(query)).mappings().first()
+        return _resolved(row, None) if row is not None else None
 
     async def version(self) -> int:
         async with self._reading() as db:
@@ -238,6 +239,20 @@ async def _require_team(db: AsyncConnection, team_id: str):
     if row is None:
         raise NotFound("team", team_id)
     return row
+
+
+_TEAM_COLUMNS = (teams.c.limits.label("team_limits"), teams.c.priority.label("team_priority"),
+                 teams.c.weight.label("team_weight"))
+
+
+def _resolved(row, secret_expires_at: dt.datetime | None) -> ResolvedKey:
+    team = TeamLimits(row["team_id"], _load_limits(row["team_limits"])) if row["team_id"] is not None else None
+    return ResolvedKey(
+        id=row["id"], name=row["name"], role=row["role"], team=team, models=_load_models(row["models"]),
+        limits=_load_limits(row["limits"]),
+        priority=row["priority"] or row["team_priority"] or DEFAULT_PRIORITY,
+        weight=_first(row["weight"], row["team_weight"], DEFAULT_WEIGHT),
+        expires_at=as_utc(row["expires_at"]), secret_expires_at=secret_expires_at)
 
 
 def _page(items: list, limit: int) -> Page:

@@ -84,15 +84,21 @@ def operation_of(path: str) -> str | None:
     return OPERATIONS.get(path)
 
 
-def request_attributes(body: bytes | None) -> dict[str, Any]:
-    """The request's parameters as attributes: numbers and flags, never text."""
+def json_object(body: bytes | None) -> dict | None:
+    """The request body's JSON object (None: not one). Decoded once per traced request: a long
+    conversation's body takes tens of microseconds to decode (50 KB: about 50 us)."""
     if not body or body[:1] != b"{":
-        return {}
+        return None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return {}
-    if not isinstance(data, dict):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def request_attributes(data: dict | None) -> dict[str, Any]:
+    """The request's parameters (its decoded body) as attributes: numbers and flags, never text."""
+    if data is None:
         return {}
     attributes: dict[str, Any] = {}
     for field, key in REQUEST_PARAMETERS:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import orjson
-
-from gateway.tracing.conventions import operation_of
+from gateway.tracing.conventions import json_object, operation_of
 from gateway.tracing.metrics import GenAIMetrics
 from gateway.tracing.request import RequestTrace
 
 
 def trace_of(request) -> RequestTrace | None:
     return request.get(RequestTrace) if request is not None else None
+
+
+def recorded(request) -> bool:
+    """Whether ``request``'s spans are recorded (traced and sampled): worth reading more for."""
+    trace = request.get(RequestTrace)
+    return trace is not None and trace.span.is_recording()
 
 
 def trace_id(request) -> str | None:
@@ -98,7 +102,11 @@ def unary_started(request, path: str, body: bytes | None) -> None:
     """A non-streamed relay starts: a GenAI call if its path is one."""
     trace = request.get(RequestTrace)
     if trace is not None and trace.recording:
-        trace.generation(path, _model_of(body), body)
+        data = request.parsed(body)  # the protocol's parse of this very body, when it kept one
+        if data is None:
+            data = json_object(body)  # (once: its model and its parameters)
+        model = data.get("model") if data is not None else None
+        trace.generation(path, model if isinstance(model, str) else None, body, data=data or {})
 
 
 def unary_answered(request, status: int, answer: bytes, path: str, route, metrics: GenAIMetrics,
@@ -112,13 +120,3 @@ def unary_answered(request, status: int, answer: bytes, path: str, route, metric
     if trace is not None:
         trace.answered(status, answer)
 
-
-def _model_of(body: bytes | None) -> str | None:
-    if not body or body[:1] != b"{":
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, str) else None

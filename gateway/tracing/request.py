@@ -10,7 +10,9 @@ the server span: the engine it went to (``server.address``), why (the routing po
 reason, the chosen engine's load score and the runner-up's), the attempt; its context is
 the ``traceparent`` sent to the engine, so vLLM's own spans hang under it. A failed attempt
 ends its span with the failure; a stream continued on another engine ends the broken call's
-span and adds a ``gateway.continuation`` event to the server span.
+span and adds a ``gateway.continuation`` event to the server span. Before the engine, flow
+control's wait (``queued``: a ``queue`` child span when the request waited) and, beside it, the
+session store's flushes of the request's events (``stored``: one event per flush) land here too.
 
 Never a prompt, a completion, a key or an end user's id.
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from gateway.tracing.conventions import operation_of, request_attributes, response_attributes
+from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
 
 
 class RequestTrace:
@@ -47,9 +49,10 @@ class RequestTrace:
         return self.span.is_recording()
 
     # --- what the protocol asked ----------------------------------------------------------
-    def generation(self, path: str, model: str | None, body: bytes | None, *, session_id: str | None = None,
-                   streamed: bool = False) -> None:
-        """A GenAI call: the span gets its conventional name and the request's parameters."""
+    def generation(self, path: str, model: str | None, body: bytes | None, *, data: dict | None = None,
+                   session_id: str | None = None, streamed: bool = False) -> None:
+        """A GenAI call: the span gets its conventional name and the request's parameters
+        (``data``: the body already decoded, else it is decoded here, only when recorded)."""
         operation = operation_of(path)
         if operation is None:
             return
@@ -59,7 +62,7 @@ class RequestTrace:
             return
         span.update_name(f"{operation} {model}" if model else operation)
         attributes = self.tracing.conventions.base(operation, model)
-        attributes.update(request_attributes(body))
+        attributes.update(request_attributes(data if data is not None else json_object(body)))
         if streamed:
             attributes["gen_ai.request.stream"] = True
         if session_id is not None:
@@ -72,6 +75,53 @@ class RequestTrace:
             if team_id is not None:
                 attributes["gateway.team_id"] = team_id
             self.span.set_attributes(attributes)
+
+    # --- before the engine: the queue, the store ----------------------------------------------
+    def queued(self, band: str, outcome: str, seconds: float, refusal: str | None = None) -> None:
+        """Flow control let the request go (``dispatched``), refused it, or its client ``left`` the queue.
+
+        The server span says the band, the outcome and the wait; a request that waited (or never
+        got through) also gets a ``queue`` child span spanning its wait, so it shows where the
+        time went. One dispatched at once gets no span (nothing to see, and a span is the cost).
+        """
+        span = self.span
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {"gateway.queue.band": band, "gateway.queue.outcome": outcome,
+                                      "gateway.queue.wait_ms": int(seconds * 1000 + 0.5)}
+        if refusal is not None:
+            attributes["gateway.queue.refusal"] = refusal
+        span.set_attributes(attributes)
+        if seconds <= 0 and outcome == "dispatched":
+            return
+        end = time.time_ns()
+        wait = self.tracing.tracer.start_span("queue", context=self.context, kind=SpanKind.INTERNAL,
+                                              start_time=end - int(seconds * 1e9), attributes=attributes)
+        if refusal is not None:
+            wait.set_status(Status(StatusCode.ERROR, refusal))
+        wait.end(end_time=end)
+
+    def stored(self, attributes: dict[str, Any], error: str | None) -> None:
+        """One flush of the session store wrote this request's events: an event on the server span.
+
+        The flushes after the response ended (a stream's last events, its ending) come when the
+        server span is closed: each is a short ``session.write`` child span instead.
+        """
+        if error is not None:
+            attributes["error.type"] = error
+        span = self.span
+        if span.is_recording():
+            span.add_event("gateway.session.write", attributes)
+            return
+        if not span.get_span_context().trace_flags.sampled:
+            return
+        end = time.time_ns()
+        write = self.tracing.tracer.start_span("session.write", context=self.context, kind=SpanKind.INTERNAL,
+                                               start_time=end - int(attributes["gateway.session.write_ms"] * 1e6),
+                                               attributes=attributes)
+        if error is not None:
+            write.set_status(Status(StatusCode.ERROR, error))
+        write.end(end_time=end)
 
     # --- the engine calls ----------------------------------------------------------------
     def engine_call(self, engine, method: str, path: str, headers: dict[str, str], router=None) -> dict[str, str]:
@@ -202,6 +252,7 @@ def _receipt(engine, router) -> dict[str, Any]:
     reason = getattr(router, "last_reason", None)
     if reason is not None:
         attributes["gateway.routing.reason"] = reason
+    attributes["gateway.routing.prefix_affinity_hit"] = bool(getattr(router, "last_affinity_hit", False))
     attributes["gateway.routing.score"] = float(engine.score())
     others = [other.score() for other in getattr(router, "last_candidates", ()) if other is not engine]
     if others:

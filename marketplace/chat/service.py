@@ -151,7 +151,10 @@ async def plan_chat(
         hits=page.hits,
         fallback=page.fallback,
         location_source=location_source,
-        payload={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature},
+        # ``user``: OpenAI's end-user field; the gateway counts the call against this user's share of
+        # the key's limits (its end_user limits), whether an app key or the user's own token calls.
+        payload={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+                 "user": user.public_id},
     )
 
 

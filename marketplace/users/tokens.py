@@ -9,7 +9,8 @@ the database keeps only its SHA-256 (no salt needed for a random value of that s
 lookup is then one indexed read, shared by every worker and replica and kept across restarts).
 It expires (a day at most, an hour by default) and can be revoked one by one or all at once;
 its requests count against the limits of the key that minted it (that key's id is the token
-principal's ``key_id``). A token lives no longer than that key: once the key is no longer one
+principal's ``key_id``, and the principal carries that key's team and limits: its ``end_user``
+limits apply to this user, docs/keys.md). A token lives no longer than that key: once the key is no longer one
 the gateway accepts for acting on users (``Gateway.key_acts_for_users``: removed from the
 configuration or moved to the read keys, a database key revoked or expired), its tokens are
 refused (a 503 while the gateway's key store cannot say). The clean-up
@@ -117,6 +118,6 @@ class UserTokens:
         if found is None:
             return None
         token_id, issued_by, user_id = found
-        if not await marketplace.gateway.key_acts_for_users(issued_by):
-            return None  # the key that minted it was removed: its tokens went with it
-        return Principal(key_id=issued_by, role="user", subject=user_id, token_id=token_id)
+        # The issuing key's limits come with it (its end_user limits for this user); None: the key
+        # that minted it was removed, and its tokens went with it.
+        return await marketplace.gateway.end_user(issued_by, subject=user_id, token_id=token_id)

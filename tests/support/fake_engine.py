@@ -50,6 +50,7 @@ class FakeEngine:
     streams_active: int = 0       # streams being generated right now
     most_streams_active: int = 0  # the most at once so far
     hold: asyncio.Event | None = None  # set: streams wait for it after their headers, before any chunk
+    answer_hold: asyncio.Event | None = None  # set: non-streamed answers (and /v1/messages) wait for it, once received
     hold_after: int = 0  # with ``hold``: the tokens a chat stream sends (after its role chunk) before it waits
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
@@ -128,6 +129,8 @@ class FakeEngine:
                 raise
         if payload.get("stream"):
             return await self._stream(request, payload)
+        if self.answer_hold is not None:
+            await self.answer_hold.wait()
         if self.response_delay:
             await asyncio.sleep(self.response_delay)
         n_tokens = int(payload.get("max_tokens") or 16)
@@ -213,6 +216,8 @@ class FakeEngine:
         body = await request.read()
         self.received.append(Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
         payload = orjson.loads(body)
+        if self.answer_hold is not None:
+            await self.answer_hold.wait()
         if not payload.get("stream"):
             return web.json_response({"error": {"message": "the fake engine streams these routes only",
                                                 "type": "BadRequestError", "param": "stream", "code": 400}},

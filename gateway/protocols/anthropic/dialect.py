@@ -27,15 +27,32 @@ def _event(name: str, payload: dict) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload)
 
 
+def openai_usage(usage: dict) -> dict:
+    """Anthropic's usage in the OpenAI shape the relay counts (``tenancy.usage.counts``): the
+    prompt is all input tokens, the cached ones among them apart. Anthropic's ``input_tokens``
+    leaves out what was read from or written to the prompt cache (vLLM reports it so too), so
+    reading ``input_tokens`` alone under-counts the prompt of every cached request."""
+    read = _count(usage.get("cache_read_input_tokens"))
+    prompt = _count(usage.get("input_tokens")) + read + _count(usage.get("cache_creation_input_tokens"))
+    counted = {"prompt_tokens": prompt, "completion_tokens": _count(usage.get("output_tokens"))}
+    if read:
+        counted["prompt_tokens_details"] = {"cached_tokens": read}
+    return counted
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 class AnthropicTracker:
-    __slots__ = ("ended", "_collect_text", "_result", "_parts", "_input_tokens")
+    __slots__ = ("ended", "_collect_text", "_result", "_parts", "_start_usage")
 
     def __init__(self, *, collect_text: bool) -> None:
         self.ended = False
         self._collect_text = collect_text
         self._result = StreamResult()
         self._parts: list[str] = []
-        self._input_tokens = 0
+        self._start_usage: dict = {}  # message_start's usage: the input tokens, cached ones apart
 
     def accept(self, block: bytes) -> bytes:
         if not self._collect_text and MESSAGE_EVENT not in block and ERROR_EVENT not in block:
@@ -64,12 +81,12 @@ class AnthropicTracker:
         data = event_json(event) or {}
         kind = data.get("type")
         if kind == "message_start":
-            usage = (data.get("message") or {}).get("usage") or {}
-            self._input_tokens = usage.get("input_tokens") or 0
+            usage = (data.get("message") or {}).get("usage")
+            self._start_usage = usage if isinstance(usage, dict) else {}
         elif kind == "message_delta":
-            usage = data.get("usage") or {}
-            self._result.usage = {"prompt_tokens": usage.get("input_tokens") or self._input_tokens,
-                                  "completion_tokens": usage.get("output_tokens") or 0}
+            usage = data.get("usage")
+            usage = {key: value for key, value in usage.items() if value} if isinstance(usage, dict) else {}
+            self._result.usage = openai_usage(self._start_usage | usage)
             self._result.finish_reason = (data.get("delta") or {}).get("stop_reason")
         elif kind == "message_stop":
             self.ended = True
@@ -90,17 +107,17 @@ class AnthropicTracker:
     def result(self) -> StreamResult:
         if self._parts:
             self._result.text = "".join(self._parts)
-        if self._result.usage is None and self._input_tokens:  # cut before message_delta
+        if self._result.usage is None and self._start_usage:  # cut before message_delta
             estimated = self._result.estimated_usage() or {"completion_tokens": 0}
-            self._result.usage = {"prompt_tokens": self._input_tokens,
-                                  "completion_tokens": estimated["completion_tokens"]}
+            self._result.usage = openai_usage(self._start_usage | {"output_tokens": estimated["completion_tokens"]})
         return self._result
 
 
 class AnthropicDialect:
     name = "anthropic"
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> AnthropicTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> AnthropicTracker:  # (its ending events carry it: read always)
         return AnthropicTracker(collect_text=collect_text)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

@@ -27,7 +27,7 @@ from gateway.protocols.anthropic.continuation import continuation_for
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
 from gateway.protocols.common import budget, table
-from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object
+from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object, read_object
 from gateway.protocols.common.sessions import asked_resume, take_session_id
 from gateway.relay.call import StreamCall
 from gateway.relay.unary import relay_json
@@ -73,7 +73,7 @@ class AnthropicMessages:
     async def messages(self, request: RequestContext) -> None:
         core = self.core
         raw = await read_body(request.receive)
-        payload = json_object(raw)
+        payload, as_read = read_object(raw)
         resume_from = asked_resume(request)
         if resume_from is not None and core.streams.resumable:
             # The same POST with Last-Event-ID: the rest of the session from its log, no engine needed.
@@ -84,6 +84,8 @@ class AnthropicMessages:
             await response(request.scope, request.receive, request.send)
             return
         body, hints, session_id = await self._prepare(payload, raw, request, count_only=False)
+        if as_read or body is not raw:  # (the body orjson reads back as the payload: limits and tracing reuse it)
+            request.keep_parsed(body, payload)
         if payload.get("stream"):
             continuation = None
             if core.streams.resumable and core.engine_state.continues_streams:

@@ -33,21 +33,28 @@ _LONG_NUMBER = re.compile(rb"\d{19}")  # int64's largest value has 19 digits
 
 def json_object(raw: bytes) -> dict:
     """The body as a JSON object, or a 400 naming the field (or the position) that is wrong."""
+    return read_object(raw)[0]
+
+
+def read_object(raw: bytes) -> tuple[dict, bool]:
+    """:func:`json_object`, and whether it is ``orjson.loads(raw)`` (False: the standard library
+    read what orjson refused), which is what a request may keep for later readers (``keep_parsed``)."""
     if not raw:
         raise GatewayError(400, "request body is empty: expected a JSON object", param="body")
+    as_read = True
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("depth limit exceeded"):  # deeper than orjson reads (1024 levels)
             raise too_deep() from None
-        payload = _reread(raw, exc)
+        payload, as_read = _reread(raw, exc), False
     else:
         check_depth(raw, payload)
         if _LONG_NUMBER.search(raw) is not None:
             _check_numbers(_reread(raw, None), "")
     if not isinstance(payload, dict):
         raise GatewayError(400, "request body must be a JSON object", param="body")
-    return payload
+    return payload, as_read
 
 
 def check_depth(raw: bytes, payload: object) -> None:

@@ -28,7 +28,7 @@ from gateway.http.context import RequestContext
 from gateway.http.errors import OPENAI_SHAPE, ErrorShape, ErrorShapes, GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import table
-from gateway.protocols.common.body import expect_str, json_object
+from gateway.protocols.common.body import expect_str, read_object
 from gateway.protocols.engine_api import multipart
 from gateway.relay.unary import relay_json
 
@@ -91,13 +91,15 @@ class EngineAPI:
             content_type = Headers(scope=request.scope).get("content-type", "")
             body, model = multipart.with_model(raw, content_type, engine_state.resolve_model)
         else:
-            payload = json_object(raw)
+            payload, as_read = read_object(raw)
             model = expect_str(payload, "model")
             upstream = engine_state.resolve_model(model)
             body = raw
             if upstream is not None:
                 payload["model"] = model = upstream
                 body = orjson.dumps(payload)
+            if as_read or body is not raw:  # (limits and tracing reuse the parse)
+                request.keep_parsed(body, payload)
         hints = RouteHints(model=model or engine_state.default_model)
         await relay_json(request, self.core.relay, "POST", path, body, route=hints, content_type=content_type)
 

@@ -4,7 +4,8 @@ vLLM sends one ``data: {...}`` event per decode step and, when asked with
 ``stream_options.include_usage``, a last chunk with ``"choices":[]`` and the usage. The
 gateway always asks for it (per-key accounting) and drops it again for clients that did
 not. Tracking is cheap by default: a few byte searches per event, JSON decoded only for the
-usage chunk, or for every event when a caller wants the text (the marketplace stores the
+usage chunk and, for a traced stream, the chunk before it that ends the choice (its finish
+reason), or for every event when a caller wants the text (the marketplace stores the
 answer it streamed). Chunks with reasoning get it under both of its names (``reasoning``).
 """
 
@@ -21,6 +22,9 @@ from gateway.relay.sse import SEPARATOR, event_json, split_events
 DONE = b"data: [DONE]"
 DONE_FRAME_TAIL = DONE + b"\n\n"
 ROLE_FIELD = b'"role":"assistant"'
+# A chunk that ends a choice: vLLM writes '"finish_reason":null' in every other chunk, and JSON
+# escapes the quotes inside strings, so this only ever marks a real finish reason.
+FINISH_FIELD = b'"finish_reason":"'
 # finish_reason of the chunk that ends a cancelled generation (not an OpenAI value: clients
 # that switch on finish_reason see something they can tell apart from "stop" and "length").
 CANCELLED_FINISH_REASON = "cancelled"
@@ -39,12 +43,20 @@ def _last_two_events(block: bytes) -> int:
 
 
 class OpenAITracker:
-    __slots__ = ("ended", "_relay_usage", "_collect_text", "_count_events", "_result", "_parts", "_first_read")
+    __slots__ = ("ended", "_relay_usage", "_collect_text", "_count_events", "_finish_reason", "_previous", "_result",
+                 "_parts", "_first_read")
 
-    def __init__(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> None:
+    def __init__(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                 finish_reason: bool = False) -> None:
         self.ended = False
         self._relay_usage = relay_usage
         self._collect_text = collect_text
+        # A search of every read for it would cost about 0.5 us a read (JSON's many quotes
+        # defeat the byte search's skips): it is looked for only when a caller wants it (a
+        # traced stream), and only once the usage chunk arrives, in that read and the one
+        # before (``_previous``): the chunk that ends a one-choice stream comes right before it.
+        self._finish_reason = finish_reason
+        self._previous = b""
         # A session's log counts its events itself: it splits every block anyway.
         self._count_events = count_events
         self._result = StreamResult(content_events=0 if count_events else None)
@@ -71,7 +83,13 @@ class OpenAITracker:
         if b'"usage":{' not in tail and DONE not in tail:
             if self._count_events:
                 self._result.content_events += block.count(SEPARATOR)
+            if self._finish_reason:
+                self._previous = block
             return block
+        if self._finish_reason and self._result.finish_reason is None:
+            self._note_finish(self._previous)
+            self._note_finish(block)  # (a finish in this read is the later one: it wins)
+            self._previous = b""
         # The stream's last events (or every event, with continuous usage stats): read one by
         # one from the first mark on. JSON escapes the quotes of a string, so '"usage":{'
         # only marks a real usage field; a "data: [DONE]" inside a content string costs a
@@ -117,6 +135,19 @@ class OpenAITracker:
                 self._read_choice(event)
         return kept
 
+    def _note_finish(self, block: bytes) -> None:
+        """Choice 0's finish reason, from the events of ``block`` that carry one (decoded only those)."""
+        if FINISH_FIELD not in block:
+            return
+        for event in split_events(block):
+            if FINISH_FIELD not in event:
+                continue
+            data = event_json(event)
+            for choice in (data.get("choices") or ()) if data is not None else ():
+                if isinstance(choice, dict) and choice.get("index", 0) == 0 \
+                        and isinstance(choice.get("finish_reason"), str):
+                    self._result.finish_reason = choice["finish_reason"]
+
     def _read_choice(self, event: bytes) -> None:
         data = event_json(event)
         if data is None:
@@ -145,8 +176,10 @@ class OpenAITracker:
 class OpenAIDialect:
     name = "openai"
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> OpenAITracker:
-        return OpenAITracker(relay_usage=relay_usage, collect_text=collect_text, count_events=count_events)
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> OpenAITracker:
+        return OpenAITracker(relay_usage=relay_usage, collect_text=collect_text, count_events=count_events,
+                             finish_reason=finish_reason)
 
     def error_events(self, message: str, code: str) -> list[bytes]:
         return [error_event(message, code=code), DONE]

@@ -84,6 +84,7 @@ class OpenAIRelay:
                                     body_bytes=len(raw), request=request, core=core):
             raw = None  # prepare writes the body again
         prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
+        request.keep_parsed(prepared.body, prepared.payload)  # limits and tracing read it, not parse it again
         if not prepared.stream:
             await relay_json(request, core.relay, "POST", prepared.path, prepared.body, route=prepared.route,
                              on_success=reasoning.answer if path == CHAT_PATH else None)

@@ -106,6 +106,29 @@ def lifecycle_response(frame: bytes) -> tuple[str, dict] | None:
     return str(data.get("type")), data["response"]
 
 
+
+def openai_usage(usage: dict) -> dict:
+    """A Responses usage in the OpenAI shape the relay counts (``tenancy.usage.counts``), with its
+    cached input and reasoning output tokens (without them the ledger under-reports both)."""
+    counted = {"prompt_tokens": _count(usage.get("input_tokens")),
+               "completion_tokens": _count(usage.get("output_tokens"))}
+    cached = _count(_detail(usage, "input_tokens_details", "cached_tokens"))
+    reasoning = _count(_detail(usage, "output_tokens_details", "reasoning_tokens"))
+    if cached:
+        counted["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning:
+        counted["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return counted
+
+
+def _detail(usage: dict, group: str, name: str) -> object:
+    details = usage.get(group)
+    return details.get(name) if isinstance(details, dict) else None
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
 class ResponsesTracker:
     __slots__ = ("ended", "run", "_result")
 
@@ -167,8 +190,7 @@ class ResponsesTracker:
             self._result.finish_reason = response.get("status")
             usage = response.get("usage")
             if isinstance(usage, dict):
-                self._result.usage = {"prompt_tokens": usage.get("input_tokens") or 0,
-                                      "completion_tokens": usage.get("output_tokens") or 0}
+                self._result.usage = openai_usage(usage)
         return item
 
     def _engine_error(self, item: bytes) -> list[bytes]:
@@ -198,7 +220,8 @@ class ResponsesDialect:
     def __init__(self, run: ResponsesRun) -> None:
         self.run = run
 
-    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True) -> ResponsesTracker:
+    def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
+                finish_reason: bool = False) -> ResponsesTracker:  # (its ending events carry it: read always)
         return ResponsesTracker(self.run)
 
     def error_events(self, message: str, code: str) -> list[bytes]:

@@ -40,12 +40,29 @@ def demand_for(*, key_id: str, limits: Limits, team: TeamLimits | None = None, e
                   tokens=prompt_tokens + max(max_tokens, 0), min_tokens=prompt_tokens + 1)
 
 
+_OWN_MAX = 10_000
+# (id of a key's Limits, with its max_concurrency) -> (it, its own part)
+_own_limits: dict[tuple[int, bool], tuple[Limits, ScopeLimits]] = {}
+
+
 def _own(limits: Limits, concurrency: bool = True) -> ScopeLimits:
     """A key's or team's limits without the ``end_user`` part (which applies to each end user), and
-    without ``max_concurrency`` unless ``concurrency``."""
+    without ``max_concurrency`` unless ``concurrency``.
+
+    Kept per ``Limits`` object (a resolved key keeps its own while it is cached): one object per
+    key, not one per request, because the Redis limiter looks each demand's scopes up by hash
+    and a new pydantic object hashes and compares an order of magnitude slower than the same one.
+    """
     if limits.end_user is None and (concurrency or limits.max_concurrency is None):
         return limits
-    # Built without validation (the fields were validated as the key's): this runs per request.
-    return ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm,
-                                       max_concurrency=limits.max_concurrency if concurrency else None,
-                                       budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)
+    kept = _own_limits.get((id(limits), concurrency))
+    if kept is not None and kept[0] is limits:
+        return kept[1]
+    # Built without validation (the fields were validated as the key's).
+    own = ScopeLimits.model_construct(rpm=limits.rpm, tpm=limits.tpm,
+                                      max_concurrency=limits.max_concurrency if concurrency else None,
+                                      budget_tokens=limits.budget_tokens, budget_period=limits.budget_period)
+    if len(_own_limits) >= _OWN_MAX:
+        _own_limits.clear()
+    _own_limits[(id(limits), concurrency)] = (limits, own)  # (holding ``limits`` keeps its id from being reused)
+    return own

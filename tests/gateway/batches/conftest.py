@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 
 import httpx
@@ -62,3 +63,10 @@ def chat_line(custom_id: str, model: str, content: str = "hi", max_tokens: int =
 async def admin(base_url: str, method: str, path: str, **kwargs) -> httpx.Response:
     async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {WRITE_KEY}"}) as client:
         return await client.request(method, path, **kwargs)
+
+
+def database(settings) -> sqlite3.Connection:
+    """The test gateway's SQLite database, read (or moved on) beside the gateway."""
+    connection = sqlite3.connect(settings.database_url.split(":///", 1)[1], timeout=30)
+    connection.row_factory = sqlite3.Row
+    return connection

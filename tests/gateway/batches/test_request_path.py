@@ -11,6 +11,7 @@ import asyncio
 import io
 import time
 
+import anthropic
 import httpx
 import openai
 import orjson
@@ -77,5 +78,30 @@ async def test_under_the_priority_scheduler_lines_carry_the_batch_bands_priority
         await jobs_ready(base_url)
         batch = await run_batch(base_url, [chat_line("jump", "fake-model", priority=-100)])
         assert batch.status == "completed"
-    sent = [received.json for received in fake_engine.received if received.path == "/v1/chat/completions"]
-    assert [body["priority"] for body in sent] == [1]  # interactive -1, standard 0, batch 1
+    sent = [received for received in fake_engine.received if received.path == "/v1/chat/completions"]
+    # As a live request carries it (vLLM reads the header before the body on every generating route);
+    # interactive -1, standard 0, batch 1. The line's own -100 is gone.
+    assert [received.headers.get("x-vllm-priority") for received in sent] == ["1"]
+    assert "priority" not in sent[0].json
+
+
+async def test_messages_lines_carry_the_batch_bands_priority_too(jobs_settings, fake_engine):
+    async with running_gateway(jobs_settings(engine_scheduling_policy="priority")) as (base_url, _):
+        await jobs_ready(base_url)
+        async with anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0) as client:
+            batch = await client.messages.batches.create(requests=[
+                {"custom_id": "m0", "params": {"model": "fake-model", "max_tokens": 8, "priority": -100,
+                                               "messages": [{"role": "user", "content": "hi"}]}}])
+            batch = await wait_status(lambda: client.messages.batches.retrieve(batch.id), ("ended",))
+    sent = [received for received in fake_engine.received if received.path == "/v1/messages"]
+    assert [received.headers.get("x-vllm-priority") for received in sent] == ["1"]
+    assert "priority" not in sent[0].json
+
+
+async def test_under_fcfs_no_line_carries_a_priority(jobs_settings, fake_engine):
+    async with running_gateway(jobs_settings()) as (base_url, _):
+        await jobs_ready(base_url)
+        batch = await run_batch(base_url, [chat_line("plain", "fake-model")])
+        assert batch.status == "completed"
+    sent = [received for received in fake_engine.received if received.path == "/v1/chat/completions"]
+    assert len(sent) == 1 and "x-vllm-priority" not in sent[0].headers and "priority" not in sent[0].json

@@ -233,11 +233,14 @@ async def test_sigkill_one_engine_under_load(vllm_fleet, figures):
                        characters_at_the_kill=len(had_at_kill), characters=len(content), characters_alone=len(uninterrupted))
         metrics = (await client.get("/metrics")).text
         survivor = vllm_fleet.engines[1 - victim].base_url
-        # One continuation, on the survivor: its replay reproduced what the client had ("continued"),
-        # or it did not and the stream went on from exactly that text ("diverged_continued").
-        continued = [f'gateway_engine_continuations_total{{engine="{survivor}",outcome="{outcome}"}} 1.0' in metrics
-                     for outcome in ("continued", "diverged_continued")]
-        assert continued.count(True) == 1, metrics
+        # One continuation, on the survivor ("continued"); when its replay did not reproduce what the
+        # client had, the stream went on from exactly that text, on the same survivor, counted once
+        # more as "diverged_continued" (relay/switch.py).
+        def counted(outcome: str, times: str) -> str:
+            return f'gateway_engine_continuations_total{{engine="{survivor}",outcome="{outcome}"}} {times}'
+
+        assert counted("continued", "1.0") in metrics, metrics
+        assert counted("diverged_continued", "2.0") not in metrics, metrics
 
         # Restarted on its port, the engine is readmitted and gets requests again.
         restarted = await asyncio.to_thread(vllm_fleet.restart, victim)
@@ -273,7 +276,8 @@ async def test_an_engine_killed_mid_stream_messages_and_responses_streams_contin
     for engine in vllm_fleet.engines:
         await engine.wait_until_idle()
     same_engine = {"x-session-affinity": "both-streams-here"}
-    # Long enough to be cut: greedy, "Hello there" runs the Messages budget out (it has no ignore_eos).
+    # Long enough to be cut: greedy, "Hello there" usually runs the Messages budget out (it has no
+    # ignore_eos); it must still be running at the kill (asserted by both_streaming).
     budget = 4000
     session = "claude-cut-by-the-kill"
     app = create_app(fleet_settings(vllm_fleet))
@@ -320,7 +324,10 @@ async def test_an_engine_killed_mid_stream_messages_and_responses_streams_contin
     # The Messages stream: one message, to its whole budget, what the client had at the kill then the rest.
     kinds = [event.type for event in message_events]
     assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop" and "error" not in kinds
-    assert final_message.stop_reason == "max_tokens" and final_message.usage.output_tokens == budget
+    # The whole budget, or the model's own end on the survivor: greedy without ignore_eos (vLLM's
+    # Messages route has none), the embedded model may end the story itself after the splice.
+    assert (final_message.stop_reason, final_message.usage.output_tokens == budget) in (("max_tokens", True),
+                                                                                      ("end_turn", False))
     text = final_message.content[0].text
     assert message_had and text.startswith(message_had) and len(text) > len(message_had)
     ids = [line[4:] for line in log.splitlines() if line.startswith("id: ")]

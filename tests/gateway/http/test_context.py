@@ -34,3 +34,16 @@ def test_each_failure_has_one_status_and_an_engines_own_4xx_passes_through():
     assert [http_error(failure).status for failure, _ in expected] == [status for _, status in expected]
     refusal = OPENAI_SHAPE.http(LimitReached("slow down", code="too_many_sessions", retry_after=1))
     assert refusal.headers == {"retry-after": "1"} and refusal.code == "too_many_sessions"
+
+
+def test_a_kept_parse_answers_for_those_very_bytes_only():
+    request = RequestContext("rid-3")
+    body = b'{"model": "m", "max_tokens": 4}'
+    assert request.parsed(body) is None  # nothing kept: the reader parses
+    payload = {"model": "m", "max_tokens": 4}
+    request.keep_parsed(body, payload)
+    assert request.parsed(body) is payload
+    # The same text in other bytes (a body rewritten on the way, say an output limit lowered) is
+    # not described by the kept parse: its reader parses what it got.
+    assert request.parsed(bytes(bytearray(body))) is None and request.parsed(None) is None
+    assert request.detached().parsed(body) is payload  # a background run reads the same body

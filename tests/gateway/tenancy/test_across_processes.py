@@ -73,3 +73,12 @@ async def test_settled_usage_replaces_the_reservations_across_processes(redis_ur
     assert sum(int(value) for value in buckets) == 37 * admitted  # every reservation settled to its usage
     assert await client.call(b"ZCARD", b"gw:{key_bench}:key:key_bench:conc") == 0  # every lease released
     await client.close()
+
+
+def test_an_end_users_rpm_holds_exactly_across_two_processes_within_the_keys(redis_url):
+    # The key allows 300 a minute, each end user 50: 320 asks of one end user get exactly its 50.
+    limits = {"rpm": 300, "end_user": {"rpm": 50}}
+    results = hammer_together(redis_url, limits, tasks=16, requests=10, end_user="0123456789abcdef")
+    assert sum(result["admitted"] for result in results) == 50
+    assert sum(result["refused"] for result in results) == 270
+    assert all(set(result["scopes"]) <= {"user:key_bench:0123456789abcdef"} for result in results)

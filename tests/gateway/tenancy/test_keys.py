@@ -235,3 +235,54 @@ async def test_a_burst_of_requests_with_a_new_key_makes_one_query(migrated):
         store.resolve = counted
         found = await asyncio.gather(*(resolver.resolve(secret) for _ in range(20)))
         assert {key.id for key in found} == {record.id} and queries == 1
+
+
+def pollers() -> list[asyncio.Task]:
+    return [task for task in asyncio.all_tasks() if task.get_name() == "key-cache-poller" and not task.done()]
+
+
+async def test_a_replica_reads_nothing_by_the_clock_until_it_resolves_a_database_key(migrated):
+    async with replica(migrated) as (admin, _), replica(migrated) as (_, other):
+        # Neither replica has resolved a key: nothing cached to revoke, no poller (configured keys only).
+        assert not other.polling and pollers() == []
+        assert await other.resolve(token("a")) is None  # a wrong token: looked up, cached as no key
+        assert not other.polling and pollers() == []
+        record, secret = await admin.create_key(name="elsewhere", role="read")  # made through another replica
+        assert (await other.resolve(secret)).id == record.id  # a miss reads the database: found at once
+        assert other.polling and len(pollers()) == 1
+        await admin.revoke_key(record.id)
+        # Its polls see the revocation (the 1 s contract itself: the revocation test above, the same path).
+        async with asyncio.timeout(30):  # (a hang guard: without polls the cached key would never be dropped)
+            while await other.resolve(secret) is not None:
+                await asyncio.sleep(0.01)
+    assert pollers() == []  # stopped with its replica
+
+
+async def test_a_change_through_this_replica_starts_its_polls(migrated):
+    async with replica(migrated) as (store, resolver):
+        await store.create_key(name="k", role="read")
+        assert not resolver.polling
+        await resolver.changed()  # what the admin API calls after a change (tenancy.Tenancy.changed)
+        assert resolver.polling and len(pollers()) == 1
+
+
+async def test_a_replica_not_polling_yet_learns_an_outage_from_a_failed_lookup():
+    store = FlakyStore(None)
+    resolver = KeyResolver(store, poll_interval=3600)  # type: ignore[arg-type]
+    await resolver.start()
+    try:
+        assert not resolver.polling
+        store.down = True
+        with pytest.raises(StoreUnavailable):
+            await resolver.resolve(token("a"))
+        assert resolver.polling and len(pollers()) == 1  # its first poll marks the store down...
+        await resolver.refresh()
+        lookups = store.lookups
+        with pytest.raises(StoreUnavailable):  # ...so the next unknown token is a 503 without a query
+            await resolver.resolve(token("b"))
+        assert store.lookups == lookups
+        store.down = False
+        await resolver.refresh()
+        assert not resolver.store_down and await resolver.resolve(token("b")) is None
+    finally:
+        await resolver.stop()

@@ -9,6 +9,7 @@ from gateway.http.errors import GatewayError
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, error_body
 from gateway.relay.sse import event_json
+from gateway.tenancy.usage.counts import TokenCounts, counts_of
 
 
 def ev(kind: str, **fields) -> bytes:
@@ -54,3 +55,24 @@ def test_vllms_validation_dump_becomes_a_message_naming_the_field():
     named = orjson.dumps({"type": "error", "error": {"type": "NotFoundError", "message": "The model `x` ..."}})
     assert orjson.loads(error_body(ANTHROPIC_SHAPE.http(parse_error_body(404, named))))["error"] == {
         "type": "not_found_error", "message": "The model `x` ..."}
+
+
+def test_a_cached_prompt_is_counted_whole_with_its_cached_tokens_apart():
+    # Anthropic's input_tokens leaves out the tokens read from (or written to) the prompt cache.
+    tracker = ANTHROPIC.tracker(relay_usage=False, collect_text=False)
+    tracker.accept(ev("message_start", message={"usage": {"input_tokens": 5, "cache_read_input_tokens": 96,
+                                                          "output_tokens": 0}}))
+    tracker.accept(ev("message_delta", delta={"stop_reason": "end_turn"},
+                      usage={"input_tokens": 5, "cache_read_input_tokens": 96, "cache_creation_input_tokens": 4,
+                             "output_tokens": 9}) + ev("message_stop"))
+    usage = tracker.result().usage
+    assert usage == {"prompt_tokens": 105, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 96}}
+    assert counts_of(usage) == TokenCounts(prompt=105, completion=9, cached=96, reasoning=0)
+
+
+def test_a_stream_cut_before_message_delta_keeps_its_cached_input():
+    tracker = ANTHROPIC.tracker(relay_usage=False, collect_text=True)
+    tracker.accept(ev("message_start", message={"usage": {"input_tokens": 5, "cache_read_input_tokens": 32}}))
+    tracker.accept(ev("content_block_delta", delta={"type": "text_delta", "text": "some text"}, index=0))
+    usage = tracker.result().usage
+    assert usage["prompt_tokens"] == 37 and usage["prompt_tokens_details"] == {"cached_tokens": 32}

@@ -183,7 +183,9 @@ def test_health_answers_while_a_long_generation_runs(api_url, vllm_engine):
     assert health.status_code == 200 and health.json()["model_loaded"] is True
     assert generation_still_running
     assert timeline.at["health answered"] < timeline.at["generation answered"]
-    assert result["response"].status_code == 200 and result["response"].json()["num_tokens"] == 2000
+    # Greedy, without ignore_eos (the code API has none): the embedded model may end before 2,000
+    # (a fresh build once stopped at 1,667); the answer is whole either way.
+    assert result["response"].status_code == 200 and 0 < result["response"].json()["num_tokens"] <= 2000
 
 
 def test_a_client_that_leaves_aborts_the_generation_in_the_engine(api_url, vllm_engine):

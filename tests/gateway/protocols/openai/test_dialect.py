@@ -69,3 +69,20 @@ def test_the_role_chunks_that_open_a_chat_stream_are_not_counted_as_tokens():
     only_roles = OpenAITracker(relay_usage=False, collect_text=False)
     only_roles.accept(block(role % 0))
     assert only_roles.result().estimated_usage() is None  # nothing generated, nothing billed
+
+
+def test_a_traced_stream_reads_its_finish_reason_without_decoding_the_rest():
+    running = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}'
+    quoting = b'data: {"choices":[{"index":0,"delta":{"content":"\\"finish_reason\\":\\"stop\\""},"finish_reason":null}]}'
+    second_ends = b'data: {"choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}'
+    first_ends = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}'
+    tracker = OpenAITracker(relay_usage=False, collect_text=False, finish_reason=True)
+    for read in (block(running, quoting), block(second_ends), block(running)):
+        assert tracker.accept(read) is read  # relayed as it came
+    assert tracker.result().finish_reason is None  # a quoted field in the text, another choice's end: not it
+    tracker.accept(block(first_ends, USAGE_ONLY, b"data: [DONE]"))  # its end coalesced with the last events
+    assert tracker.ended and tracker.result().finish_reason == "length"
+    apart = OpenAITracker(relay_usage=False, collect_text=False, finish_reason=True)
+    for read in (block(running), block(running, first_ends), block(USAGE_ONLY), block(b"data: [DONE]")):
+        apart.accept(read)
+    assert apart.ended and apart.result().finish_reason == "length"

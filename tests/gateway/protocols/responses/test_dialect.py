@@ -8,6 +8,7 @@ import orjson
 
 from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun, ending_dialect
 from gateway.relay.sse import event_json, split_events
+from gateway.tenancy.usage.counts import TokenCounts, counts_of
 
 
 def ev(kind: str, sequence: int, **fields) -> bytes:
@@ -153,3 +154,15 @@ def test_a_failed_status_ends_with_response_failed_and_a_completed_one_is_untouc
     completed = stream()[4]
     assert ResponsesDialect(ResponsesRun("resp_2")).tracker(relay_usage=False, collect_text=False).accept(
         completed) == completed
+
+
+def test_cached_input_and_reasoning_output_reach_the_count():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    usage = {"input_tokens": 120, "output_tokens": 40, "input_tokens_details": {"cached_tokens": 64},
+             "output_tokens_details": {"reasoning_tokens": 25}}
+    tracker.accept(ev("response.completed", 0, response={**RESPONSE, "status": "completed", "usage": usage}))
+    counted = tracker.result().usage
+    assert counted == {"prompt_tokens": 120, "completion_tokens": 40, "prompt_tokens_details": {"cached_tokens": 64},
+                       "completion_tokens_details": {"reasoning_tokens": 25}}
+    assert counts_of(counted) == TokenCounts(prompt=120, completion=40, cached=64, reasoning=25)

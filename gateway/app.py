@@ -163,7 +163,11 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     relay = Relay(engines=engines, metrics=metrics, keepalive_seconds=settings.sse_keepalive_seconds, live=LiveRuns(),
                   flow=flow, meter=Meter(tenancy.limiter, tenancy.ledger, resolve_model=engine_state.resolve_model,
                                          end_users=EndUsers(secret_from_settings(settings))))
-    if flow is not None:  # a generating request's max_concurrency: it waits in the queue, not refused by the limiter
+    # A generating request's max_concurrency: without Redis the limiter counts per replica, as flow
+    # control does, so the request waits in the queue instead of a 429. With Redis the count is
+    # fleet-wide (docs/keys.md: exact across replicas), which only the limiter can hold: it
+    # stays there, and a request beyond it is refused.
+    if flow is not None and not settings.redis_url:
         relay.meter.queued_paths = queueing.QUEUED_PATHS
     sessions = _session_manager(settings, relay, engine_state, admission)
     metrics.session_store_backlog_limit.set(settings.session_max_unpersisted_bytes)

@@ -138,6 +138,34 @@ async def test_max_concurrency_refuses_a_second_stream_while_the_first_is_in_fli
     assert again.status_code == 200  # the slot came back when the stream ended
 
 
+@pytest.mark.integration
+@pytest.mark.redis
+async def test_with_redis_max_concurrency_holds_across_replicas_flow_control_on(make_settings, redis_url,
+                                                                                 fake_engine):
+    """Flow control on (the default) and REDIS_URL: the limiter keeps counting max_concurrency for
+    the whole fleet, so a second stream on another replica is refused while the first is in flight
+    (a per-replica queue could not see the first)."""
+    settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300,
+                             redis_url=redis_url)
+    assert settings.flow_control
+    async with serving(settings) as a, serving(settings) as b:  # the same database, key-id secret and Redis
+        key = await new_key(a, limits={"max_concurrency": 1})
+        model = await model_of(a)
+        fake_engine.hold = asyncio.Event()
+        first = asyncio.create_task(a.post("/v1/chat/completions", json=chat(model, stream=True),
+                                           headers=bearer(key)))
+        try:
+            async with asyncio.timeout(10):
+                while fake_engine.streams_active < 1:
+                    await asyncio.sleep(0.01)
+            second = await b.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
+            assert second.status_code == 429 and "in flight" in second.json()["error"]["message"]
+        finally:
+            fake_engine.hold.set()
+        assert (await first).status_code == 200
+        assert (await b.post("/v1/chat/completions", json=chat(model), headers=bearer(key))).status_code == 200
+
+
 async def test_a_keys_models_list_is_enforced_and_filters_v1_models(gateway):
     model = await model_of(gateway)
     key = await new_key(gateway, models=["some-other-model"])

@@ -146,16 +146,25 @@ class SQLiteStore:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, begin: str = "BEGIN"):
+        """One transaction on the writer connection, rolled back whatever ends it early.
+
+        aiosqlite runs each statement in its own thread in the order they were sent, whether or
+        not the caller still awaits it: a call cancelled (a store timeout, a shutdown) while its
+        BEGIN or COMMIT is on the way leaves that statement to run anyway. So the BEGIN is inside
+        the rollback's reach, and the ROLLBACK is sent even from a cancelled task (shielded):
+        otherwise the connection stays inside the transaction and every later BEGIN fails
+        ("cannot start a transaction within a transaction") until the process restarts.
+        """
         async with self._lock:
             writer = self._writer
-            await writer.execute(begin)
             try:
+                await writer.execute(begin)
                 yield writer
+                await writer.execute("COMMIT")
             except BaseException:
-                with contextlib.suppress(Exception):
-                    await writer.execute("ROLLBACK")
+                with contextlib.suppress(Exception):  # (none open: a BEGIN that failed, a COMMIT that ran)
+                    await asyncio.shield(writer.execute("ROLLBACK"))
                 raise
-            await writer.execute("COMMIT")
             self.commits += 1
 
     # --- generations ---------------------------------------------------------------

@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     flow_aging_seconds: float = Field(10.0, gt=0)
     # Requests that may wait inside each engine before the gateway holds the next ones.
     flow_engine_max_waiting: int = Field(5, ge=0)
+    # Running slots of each engine the lowest band (batch) leaves to the higher bands once the
+    # engine was seen saturated (it also never waits inside an engine): an interactive request
+    # then finds a slot instead of waiting for a batch generation to end. 0: none kept.
+    flow_headroom_slots: int = Field(1, ge=0)
     # The engines' vLLM scheduling policy, as launch_vllm.sh's setting of the same name starts
     # them: with "priority" requests carry their band's ``priority`` (vLLM 0.32 ignores the field
     # under fcfs, so a wrong value here fails silently: set both from one variable).

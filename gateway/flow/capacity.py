@@ -23,6 +23,13 @@ Per engine, from what ``gateway.engines`` already knows:
 
 free = concurrency + FLOW_ENGINE_MAX_WAITING - load from elsewhere - own load
 
+For the lowest band the engine has less room (``reserve``): it never waits inside an engine,
+and it leaves ``FLOW_HEADROOM_SLOTS`` of the running slots to the higher bands (never the last
+one: a band always keeps one slot), so a higher band's request finds a slot at once instead of
+waiting for a long low-band generation to end (vLLM does not preempt a running request):
+
+free = concurrency - min(FLOW_HEADROOM_SLOTS, concurrency - 1) - load from elsewhere - own load
+
 An engine without a scrape (``ENGINE_METRICS_INTERVAL=0``, or a scrape that failed) keeps its
 learned concurrency and counts no load from elsewhere.
 """
@@ -74,11 +81,14 @@ class EngineSlots:
         elif self.concurrency is not None and running >= self.concurrency:
             self.concurrency = running + 1
 
-    def free(self, engine: EngineView, max_waiting: int) -> float:
-        """How many more requests ``engine`` should get now (``inf`` when it is not held back)."""
+    def free(self, engine: EngineView, max_waiting: int, reserve: int = 0) -> float:
+        """How many more requests ``engine`` should get now (``inf`` when it is not held back);
+        ``reserve``: running slots kept for others (the lowest band's call: it gets no waiting room)."""
         self.learn(engine)
         if self.concurrency is None:
             return math.inf
+        if reserve:
+            max_waiting = -min(reserve, self.concurrency - 1)
         own = self.held if self.held > engine.inflight else engine.inflight
         load = engine.load
         elsewhere = 0.0

@@ -56,7 +56,7 @@ class Scheduler:
     def __init__(self, bands: Bands, *, engines: Callable[[], Iterable[EngineView]], pick: Picker,
                  max_queued: int, max_queued_per_key: int, queue_timeout: float, aging: float,
                  engine_max_waiting: int, clock: Callable[[], float] = time.monotonic, metrics=None,
-                 caps: InflightCaps | None = None) -> None:
+                 caps: InflightCaps | None = None, headroom: int = 0) -> None:
         self.bands = bands
         self.caps = caps if caps is not None else InflightCaps()
         self.max_queued = max_queued
@@ -64,6 +64,9 @@ class Scheduler:
         self.queue_timeout = queue_timeout
         self.aging = aging
         self.engine_max_waiting = engine_max_waiting
+        # The lowest band's reserve (capacity.py): kept only when there is a band above it.
+        self.headroom = headroom if len(bands.all) > 1 else 0
+        self._lowest_rank = len(bands.all) - 1
         self.clock = clock
         self._engines = engines
         self._pick = pick
@@ -85,7 +88,7 @@ class Scheduler:
         now = self.clock()
         queue = self._queues.get(demand.model) or self._queue(demand.model)
         if not queue.size and not self._held_back(demand) and not self._team_blocked(demand):
-            room, full, routable = self._room(demand.model, now)
+            room, full, routable = self._room(demand.model, now, self._reserve(demand))
             if not routable:
                 return self._grant(queue, demand, None, 0.0, now)
             if room > 0:
@@ -210,8 +213,13 @@ class Scheduler:
         limit = demand.team_limit
         return limit is not None and demand.team_id is not None and self._held_teams.get(demand.team_id, 0) >= limit
 
-    def _room(self, model: str, now: float) -> tuple[float, list, bool]:
-        """Free slots for ``model``, its saturated engines, and whether any engine serving it is routable."""
+    def _reserve(self, demand: Demand) -> int:
+        """The running slots ``demand`` must leave free: the headroom for the lowest band, else none."""
+        return self.headroom if demand.band.rank == self._lowest_rank else 0
+
+    def _room(self, model: str, now: float, reserve: int = 0) -> tuple[float, list, bool]:
+        """Free slots for ``model``, its saturated engines, and whether any engine serving it is routable
+        (``reserve``: for a request of the lowest band, capacity.py)."""
         room = 0.0
         full: list = []
         routable = False
@@ -219,7 +227,7 @@ class Scheduler:
             if model not in engine.models or not engine.routable(now):
                 continue
             routable = True
-            free = self._engine_slots(engine).free(engine, self.engine_max_waiting)
+            free = self._engine_slots(engine).free(engine, self.engine_max_waiting, reserve)
             if free > 0:
                 room += free
             else:
@@ -294,30 +302,36 @@ class Scheduler:
             room, full, routable = self._room(queue.model, now)
             if routable and room <= 0:
                 return
-            waiter = self._select(queue, now)
+            lowest_full, lowest_may_go = full, True
+            if self.headroom and queue.bands[self._lowest_rank].size:
+                lowest_room, lowest_full, _ = self._room(queue.model, now, self.headroom)
+                lowest_may_go = not routable or lowest_room > 0
+            waiter = self._select(queue, now, lowest_may_go)
             if waiter is None:
                 return
             engine = None
             if routable:
-                engine = self._pick(waiter.demand, full)
+                engine = self._pick(waiter.demand, lowest_full if self._reserve(waiter.demand) else full)
                 if engine is None:
                     return
             waited = now - waiter.enqueued_at
             grant = self._grant(queue, waiter.demand, engine, waited, now, queued=True)
             self._leave_queue(waiter, GRANTED, grant, None)
 
-    def _select(self, queue: ModelQueue, now: float) -> Waiter | None:
+    def _select(self, queue: ModelQueue, now: float, lowest_may_go: bool = True) -> Waiter | None:
+        """The next waiter to go; ``lowest_may_go`` False: none of the lowest band (no room left for it)."""
         key_blocked, team_blocked = self._held_back, self._team_blocked
         starving: BandQueue | None = None
         choice: Waiter | None = None
-        for band in queue.bands[1:]:  # the highest band is never kept waiting by another
+        bands = queue.bands if lowest_may_go else queue.bands[:self._lowest_rank]
+        for band in bands[1:]:  # the highest band is never kept waiting by another
             if band.size and now - band.since >= self.aging and (starving is None or band.since < starving.since):
                 waiter = band.next(key_blocked, team_blocked)
                 if waiter is not None:
                     starving, choice = band, waiter
         if choice is not None:
             return choice
-        for band in queue.bands:
+        for band in bands:
             if band.size:
                 waiter = band.next(key_blocked, team_blocked)
                 if waiter is not None:

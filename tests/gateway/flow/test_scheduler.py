@@ -369,3 +369,36 @@ def test_a_requests_cost_is_estimated_from_its_size_and_the_completion_it_may_as
     assert estimated_tokens(4000, True) == estimated_tokens(4000, "12") == estimated_tokens(4000, -5) \
         == 1000 + DEFAULT_COMPLETION_ESTIMATE
     assert estimated_tokens(0, 1) == 2
+
+
+# --- headroom: the lowest band leaves running slots to the others --------------------------
+
+def test_the_lowest_band_leaves_a_slot_to_the_higher_bands_once_the_engine_was_seen_saturated():
+    engine = saturated_engine(4)  # its concurrency (4) is known; the requests seen were this gateway's
+    scheduler = make_scheduler([engine], engine_max_waiting=2, headroom=1)
+    batch = [granted(scheduler.offer(demand(key=f"b{i}", band=BATCH))) for i in range(3)]
+    fourth = queued(scheduler.offer(demand(key="b3", band=BATCH)))  # not the last slot, nor a wait inside
+    interactive = granted(scheduler.offer(demand(key="i", band=INTERACTIVE)))
+    assert interactive.engine is engine
+    batch[0].release(100)
+    assert fourth.state == QUEUED  # a slot freed, but taking it would leave none free
+    interactive.release(100)
+    assert fourth.state == GRANTED  # now one stays free after it
+    later = queued(scheduler.offer(demand(key="b4", band=BATCH)))
+    standard = [granted(scheduler.offer(demand(key=f"s{i}"))) for i in range(3)]  # 1 slot + 2 waiting inside
+    assert [grant.engine for grant in standard] == [engine] * 3 and later.state == QUEUED
+
+
+def test_without_headroom_or_before_saturation_the_lowest_band_takes_every_slot():
+    engine = saturated_engine(4)
+    scheduler = make_scheduler([engine], engine_max_waiting=2, headroom=0)
+    assert len([granted(scheduler.offer(demand(key=f"b{i}", band=BATCH))) for i in range(6)]) == 6
+    fresh = FakeEngine()  # concurrency unknown: never held back, headroom or not
+    unknown = make_scheduler([fresh], headroom=1)
+    assert len([granted(unknown.offer(demand(key=f"b{i}", band=BATCH))) for i in range(50)]) == 50
+
+
+def test_an_engine_that_runs_one_request_still_serves_the_lowest_band():
+    engine = saturated_engine(1)
+    scheduler = make_scheduler([engine], headroom=3)
+    granted(scheduler.offer(demand(key="b", band=BATCH)))

@@ -7,7 +7,9 @@ Without ``--engine-url`` it starts the embedded-model engine itself (``launch_vl
 run the priority scheduler too. For each mode, in interleaved rounds, a fresh gateway
 (``python -m gateway``, SQLite, its own keys) in front of it:
 
-- ``flow``: flow control on, ``ENGINE_SCHEDULING_POLICY=priority`` (the band goes to vLLM);
+- ``flow``: flow control on, ``ENGINE_SCHEDULING_POLICY=priority`` (the band goes to vLLM),
+  the default ``FLOW_HEADROOM_SLOTS`` (the batch band leaves a slot free);
+- ``flow-no-headroom``: the same with ``FLOW_HEADROOM_SLOTS=0`` (before the headroom);
 - ``no-flow``: ``FLOW_CONTROL=false`` (every request straight to the engine, no priority).
 
 Load: ``2 x SLOTS`` closed-loop streams in the batch band (a standard key asking
@@ -39,7 +41,7 @@ from bench.procs import PYTHON, free_port, start_server, stop_server
 RESULTS = Path(__file__).resolve().parent / "results"
 READ_KEY = "bench-flow-read-key-0123456789"
 ADMIN_KEY = "bench-flow-admin-key-0123456789"
-MODES = ("flow", "no-flow")
+MODES = ("flow", "flow-no-headroom", "no-flow")
 
 
 def gateway_env(mode: str, engine_url: str, engine_key: str | None, tmp: Path, port: int) -> dict[str, str]:
@@ -50,8 +52,10 @@ def gateway_env(mode: str, engine_url: str, engine_key: str | None, tmp: Path, p
            "FLOW_QUEUE_TIMEOUT_SECONDS": "120"}
     if engine_key:
         env["VLLM_API_KEY"] = engine_key
-    if mode == "flow":
+    if mode.startswith("flow"):
         env["ENGINE_SCHEDULING_POLICY"] = "priority"
+        if mode == "flow-no-headroom":
+            env["FLOW_HEADROOM_SLOTS"] = "0"
     else:
         env["FLOW_CONTROL"] = "false"
     return env

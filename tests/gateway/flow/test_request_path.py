@@ -25,6 +25,7 @@ from tests.support.waiting import until
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 DEADLINE = 240.0
+LONG = 30_000  # tokens of a "long" generation (ignore_eos): only its client leaving ends it in a test
 
 
 def flow_settings(engine, tmp_path, **overrides):
@@ -109,7 +110,7 @@ async def engine_waiting(engine, count: int) -> None:
 async def saturate(streams: Streams, app, key: str, headers: dict | None = None) -> None:
     """Two long generations running and one short one waiting inside the engine, seen by the gateway's scrape."""
     for i in range(RUNNING_SLOTS):
-        streams.start(f"running-{i}", key, 4000, headers)
+        streams.start(f"running-{i}", key, LONG, headers)
     await until(lambda: sum(1 for name in streams.first if name.startswith("running-")) == RUNNING_SLOTS,
                 DEADLINE, what="both long generations running")
     streams.start("inside", key, 4, headers)
@@ -160,14 +161,15 @@ async def test_priority_reaches_vllm_so_it_orders_what_waits_inside_the_engine(p
     """The gateway holds nothing here (a deep queue allowed inside the engine): only vLLM's priority scheduler,
     told each request's band by the gateway, can put the interactive request before earlier batch ones."""
     settings = flow_settings(priority_engine, tmp_path, flow_engine_max_waiting=100,
-                             engine_scheduling_policy="priority")
+                             engine_scheduling_policy="priority",
+                             flow_headroom_slots=0)  # (with headroom the batch band never waits inside an engine)
     async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
             asyncio.timeout(DEADLINE):
         interactive_key = await new_key(client, base_url, "chat app", priority="interactive")
         streams = Streams(client, base_url, priority_engine)
         low = {"x-priority": "batch"}
         for i in range(RUNNING_SLOTS):
-            streams.start(f"running-{i}", READ_KEY, 4000, low)
+            streams.start(f"running-{i}", READ_KEY, LONG, low)
         await until(lambda: len(streams.first) == RUNNING_SLOTS, DEADLINE, what="both long generations running")
         for i in range(3):
             streams.start(f"batch-{i}", READ_KEY, 4, low)
@@ -260,3 +262,27 @@ async def test_a_background_response_waits_in_the_gateway_queue_behind_an_intera
         await until(finished, DEADLINE, what="the background run ended", interval=0.1)
         assert app.state.gateway.relay.flow.scheduler.caps.held == 0  # its grant came back at its end
     assert order.index("interactive") < order.index("background"), order
+
+
+async def test_the_batch_band_leaves_a_slot_so_an_interactive_request_starts_at_once(priority_engine, tmp_path):
+    """FLOW_HEADROOM_SLOTS (default 1): once the engine was seen saturated, batch work takes a slot
+    only if one stays free after it, so an interactive request starts while batch work runs."""
+    settings = flow_settings(priority_engine, tmp_path)
+    assert settings.flow_headroom_slots == 1
+    async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
+            asyncio.timeout(DEADLINE):
+        interactive_key = await new_key(client, base_url, "chat app", priority="interactive")
+        streams = Streams(client, base_url, priority_engine)
+        low = {"x-priority": "batch"}
+        await saturate(streams, app, READ_KEY, low)  # the engine's concurrency (2) is known now
+        await streams.stop("running-0")  # "inside" runs in the freed slot, and ends (4 tokens)
+        assert await streams.tasks["inside"] == 200
+        streams.start("later", READ_KEY, LONG, low)  # one batch generation runs: a second would leave none free
+        await queued(client, base_url, 1, "batch")
+        streams.start("interactive", interactive_key, 4)
+        assert await streams.tasks["interactive"] == 200
+        assert not streams.tasks["running-1"].done()  # it got the free slot: no batch generation had to end
+        # (The engine's learned concurrency may grow by one now that 2 run and none waits: "later" may
+        # go any time from here, so nothing more is asserted of it.)
+        await streams.stop("running-1")
+        await streams.stop("later")

@@ -51,6 +51,10 @@ class InflightCaps:
         else:
             del self._per_key[key_id]  # bounded by the keys actually in flight
 
+    def of(self, key_id: str) -> int:
+        """The grants ``key_id``'s capped requests hold."""
+        return self._per_key.get(key_id, 0)
+
     def full(self) -> bool:
         """The gateway holds ``MAX_INFLIGHT`` requests: no capped request goes until one ends."""
         cap = self.max_inflight

@@ -11,7 +11,9 @@ are dispatched when a request ends), over the requests it let go plus the ones c
 (``inflight``, ``held``). ``defer`` names their routes; a request admitted here that reaches
 the queue all the same (a route not named) hands its slot over (``Slot.hand_over``), so no
 request is counted twice. ``on_leave`` tells flow control that a request it does not count
-ended, which may let a waiting one go.
+ended, which may let a waiting one go. The requests counted here are still refused at once at
+a cap, and the caps count what flow control let go too (``granted``): a key whose generations
+fill ``MAX_INFLIGHT_PER_KEY`` gets a 429 for its model list as before, not a place in a queue.
 
 Control requests (cancel a generation, look at its state, delete a stored response) start
 no generation and free capacity rather than take it, so they must not be refused because
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from gateway.http.errors import GatewayError
 
@@ -36,6 +39,14 @@ CONTROL_EXTRA = {"x-admission": "control"}
 _PARAM = re.compile(r"{[a-zA-Z_][a-zA-Z0-9_]*}")
 
 
+class Granted(Protocol):
+    """The generating requests flow control let go and counts itself (``gateway.flow.caps.InflightCaps``)."""
+
+    held: int
+
+    def of(self, key_id: str) -> int: ...
+
+
 class Admission:
     def __init__(self, *, max_inflight: int, max_inflight_per_key: int) -> None:
         self.max_inflight = max_inflight
@@ -44,11 +55,13 @@ class Admission:
         self._per_key: dict[str, int] = {}
         self.deferred: frozenset[str] = frozenset()  # POST paths counted by flow control instead (``defer``)
         self.on_leave: Callable[[], None] | None = None
+        self.granted: Granted | None = None
 
-    def defer(self, paths: Iterable[str], on_leave: Callable[[], None]) -> None:
+    def defer(self, paths: Iterable[str], on_leave: Callable[[], None], granted: Granted | None = None) -> None:
         """POSTs to ``paths`` are not counted here: flow control holds the caps for them (see above)."""
         self.deferred = frozenset(paths)
         self.on_leave = on_leave
+        self.granted = granted
 
     def counts(self, method: str, path: str) -> bool:
         return not (method == "POST" and path in self.deferred)
@@ -59,10 +72,11 @@ class Admission:
 
     def try_enter(self, key_id: str) -> str | None:
         """Admit one request for ``key_id``; on refusal, the reason (nothing is counted)."""
-        if self.inflight >= self.max_inflight:
+        granted = self.granted
+        if self.inflight + (granted.held if granted is not None else 0) >= self.max_inflight:
             return f"the gateway is at its limit of {self.max_inflight} requests in flight"
         held = self._per_key.get(key_id, 0)
-        if held >= self.max_inflight_per_key:
+        if held + (granted.of(key_id) if granted is not None else 0) >= self.max_inflight_per_key:
             return f"this API key is at its limit of {self.max_inflight_per_key} requests in flight"
         self.inflight += 1
         self._per_key[key_id] = held + 1

@@ -295,5 +295,5 @@ def flow_control(settings: Any, engines: Any, engine_state: Any, metrics: Any,
     engine_state.on_change(flow.capacity_changed)
     if admission is not None:
         # (The scheduler's own: a no-op while nothing waits, since it runs at the end of every request.)
-        admission.defer(QUEUED_ROUTES, flow.scheduler.capacity_changed)
+        admission.defer(QUEUED_ROUTES, flow.scheduler.capacity_changed, flow.scheduler.caps)
     return flow

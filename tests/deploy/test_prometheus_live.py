@@ -133,8 +133,10 @@ async def test_every_rule_and_dashboard_query_returns_data_from_a_real_prometheu
     settings = Settings(
         vllm_base_url=proxy.url, vllm_api_key=vllm_engine.api_key, api_keys=[KEY, CAPPED_KEY], metrics_api_keys=[SCRAPE_KEY],
         database_url=f"sqlite+aiosqlite:///{tmp_path}/gateway.db", session_store="sqlite",
-        max_inflight_per_key=2, access_log=False, engine_poll_interval=1, features=["none"],
-        flow_control=False)  # (refuse_at_the_cap feeds the admission refusals; on, they would wait)
+        max_inflight_per_key=2, access_log=False, engine_poll_interval=1, features=["none"])
+    # Flow control on (the default), or its queue's panels get no data. At the per-key cap a
+    # generation would wait, but a request that is no generation (a model list) is still
+    # refused at once: refuse_at_the_cap feeds the admission refusals with one.
     key_file = tmp_path / "scrape.key"
     key_file.write_text(SCRAPE_KEY)
     try:

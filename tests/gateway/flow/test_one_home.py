@@ -131,6 +131,19 @@ def test_admission_leaves_deferred_routes_to_flow_control_and_tells_it_when_a_re
     assert admission.inflight == 0 and admission.held("a") == 0 and ended == [0]
 
 
+def test_a_request_that_never_queues_is_refused_at_a_cap_the_grants_fill():
+    caps = InflightCaps(max_inflight=3, max_per_key=2)
+    admission = Admission(max_inflight=3, max_inflight_per_key=2)
+    admission.defer({CHAT}, lambda: None, caps)
+    caps.enter("a")
+    caps.enter("a")  # key a's two generations, let go by flow control
+    assert admission.try_enter("a") == "this API key is at its limit of 2 requests in flight"
+    assert admission.try_enter("b") is None  # another key: one slot of the gateway's three is left
+    assert admission.try_enter("c") == "the gateway is at its limit of 3 requests in flight"
+    caps.leave("a")
+    assert admission.try_enter("a") is None
+
+
 # --- the limiter ----------------------------------------------------------------------------------
 def test_the_limiters_demand_leaves_max_concurrency_out_when_flow_control_holds_it():
     limits = Limits(rpm=10, max_concurrency=2)

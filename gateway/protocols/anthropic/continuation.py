@@ -25,6 +25,7 @@ import orjson
 from gateway.engines.client import EngineClient
 from gateway.engines.routing import RouteHints
 from gateway.http.context import RequestContext
+from gateway.protocols.common.sampling import number
 from gateway.relay.continuation import ContinuationDiverged, Replay
 from gateway.relay.sse import SEPARATOR, event_json, split_events
 
@@ -39,13 +40,9 @@ def reproducible(payload: dict) -> bool:
     if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
         return False
     temperature, top_k = payload.get("temperature"), payload.get("top_k")
-    if _number(top_k) and top_k == 1:
+    if number(top_k) and top_k == 1:
         return True
-    return _number(temperature) and temperature == 0
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number(temperature) and temperature == 0  # (Messages has no seed)
 
 
 @dataclass(slots=True)

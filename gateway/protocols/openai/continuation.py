@@ -30,6 +30,7 @@ import orjson
 from gateway.engines.client import EngineClient
 from gateway.engines.routing import RouteHints
 from gateway.http.context import RequestContext
+from gateway.protocols.common.sampling import greedy_or_seeded
 from gateway.protocols.openai import reasoning
 from gateway.protocols.openai.delivered import DONE, Delivered
 from gateway.protocols.openai.extend import extend_from
@@ -44,11 +45,7 @@ def reproducible(payload: dict) -> bool:
         return False
     if payload.get("tools") or payload.get("functions") or payload.get("logprobs"):
         return False
-    seed = payload.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool):
-        return True
-    temperature = payload.get("temperature")
-    return isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
+    return greedy_or_seeded(payload)
 
 
 class ChatReplay:

@@ -25,6 +25,7 @@ import orjson
 from gateway.engines.client import EngineClient
 from gateway.engines.routing import RouteHints
 from gateway.http.context import RequestContext
+from gateway.protocols.common.sampling import greedy_or_seeded
 from gateway.protocols.responses.dialect import TERMINAL_TYPES
 from gateway.relay.continuation import ContinuationDiverged, Replay
 from gateway.relay.sse import SEPARATOR, event_json, split_events
@@ -40,11 +41,7 @@ def reproducible(payload: dict) -> bool:
     """Whether running ``payload`` again yields the same stream (greedy or seeded, no tools)."""
     if payload.get("tools"):
         return False
-    seed = payload.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool):
-        return True
-    temperature = payload.get("temperature")
-    return isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
+    return greedy_or_seeded(payload)
 
 
 @dataclass(slots=True)

@@ -37,7 +37,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from gateway.sessions.frames import frames as framed, pack
+from gateway.sessions.frames import frames as framed
+from gateway.sessions.frames import pack
 from gateway.sessions.generation import Generation
 from gateway.sessions.store.base import Batch, Chunk, Ending, NewGeneration, SessionStore
 

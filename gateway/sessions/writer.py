@@ -12,7 +12,9 @@ log in memory, so a store that fails or hangs delays persistence only. When the 
 
 - the generations stay dirty and the next flush writes them again, after a backoff that
   doubles from ``RETRY_FIRST_SECONDS`` to ``RETRY_MAX_SECONDS`` (one attempt every 5 s at
-  most while the outage lasts; the first success goes back to ``interval``);
+  most while the outage lasts; the first success goes back to ``interval``). What an attempt
+  packed is kept for the next: a retry packs only the events that came since, so its cost on
+  the event loop (which every live client shares) does not grow with the backlog;
 - ``backlog_bytes`` says how much is waiting, so the manager refuses new streams beyond
   ``SESSION_MAX_UNPERSISTED_BYTES`` (503) before memory grows;
 - the events held for the store are bounded (``max_held_bytes``, ``SESSION_MAX_HELD_BYTES``):
@@ -61,6 +63,10 @@ class StoreWriter:
         self.on_written = on_written
         self.on_fenced = on_fenced
         self._dirty: dict[int, Generation] = {}
+        # Per generation, what failed attempts packed already: (chunks, their raw bytes). A retry
+        # packs only the events that came since, so its cost on the event loop stays that of one
+        # interval's events, however long the outage (re-packing 30,000 events took ~60 ms).
+        self._packed: dict[int, tuple[list[Chunk], int]] = {}
         self._wake = asyncio.Event()
         self._failing = False
         self._failing_since = 0.0
@@ -93,6 +99,7 @@ class StoreWriter:
         traced: list[tuple[object, int, int, bool]] = []  # (the request's trace, events, bytes, ending)
         for generation in dirty.values():
             if generation.replaced:
+                self._packed.pop(generation.gen_id, None)
                 continue  # a newer generation owns the session id; its claim removed this one
             log_ = generation.log
             if log_.lost_from is not None and generation.ending_stored:
@@ -111,18 +118,23 @@ class StoreWriter:
                 batch.endings.append(Ending(generation.gen_id, "error", at + len(ending_frames)))
                 written.append((generation, None, True, 0))
                 continue
-            start = min(log_.persisted, log_.next_index)
+            packed, held = self._packed.get(generation.gen_id, ((), 0))
+            start = packed[-1].last_idx + 1 if packed else min(log_.persisted, log_.next_index)
             frames = log_.pending_since(start)
             end = start + len(frames)
             raw = b""
             if frames:
                 raw = b"".join(frames)
-                size += len(raw)
-                batch.chunks.append(Chunk(generation.gen_id, start, end - 1, pack(raw)))
+                packed = [*packed, Chunk(generation.gen_id, start, end - 1, pack(raw))]
+                held += len(raw)
+            size += held
+            batch.chunks.extend(packed)
             ending = log_.ended and not generation.ending_stored
             if ending:
                 batch.endings.append(Ending(generation.gen_id, generation.how or "error", end))
-            written.append((generation, end, ending, len(raw)))
+            written.append((generation, end, ending, held))
+            if packed:
+                self._packed[generation.gen_id] = (list(packed), held)
             trace = generation.trace
             if trace is not None:
                 traced.append((trace, len(frames), len(raw), ending))
@@ -161,6 +173,7 @@ class StoreWriter:
         self.retry_delay = 0.0
         self.backlog_bytes = 0
         for generation, end, ending, _ in written:
+            self._packed.pop(generation.gen_id, None)
             generation.stored = True
             if end is None:  # given up on: its store copy now ends where it stops
                 generation.ending_stored = True
@@ -183,6 +196,7 @@ class StoreWriter:
             if size <= self.max_held_bytes or not held:
                 break
             size -= held
+            self._packed.pop(generation.gen_id, None)
             given_up.append((generation.session_id, generation.log.stop_persisting()))
         self.gave_up += len(given_up)
         log.error("session store unavailable too long: gave up persisting sessions' events past the held bound",

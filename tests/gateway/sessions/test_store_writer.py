@@ -31,9 +31,11 @@ class Failing:
 
     def __init__(self) -> None:
         self.attempts = 0
+        self.batches = []
 
     async def write(self, batch):
         self.attempts += 1
+        self.batches.append(batch)
         raise OSError("database is locked")
 
 
@@ -46,7 +48,7 @@ def append_events(gen: Generation, count: int) -> None:
     gen.log.append([b"id: long:%d\ndata: {\"n\": %d}\n\n" % (i, i) for i in range(start, start + count)])
 
 
-async def test_failed_writes_back_off_to_a_ceiling_and_the_first_success_resets_the_pace():
+async def test_failed_writes_back_off_to_a_ceiling_pack_each_event_once_and_the_first_success_resets_the_pace():
     store = Failing()
     writer = StoreWriter(store, interval=0.05, on_written=lambda g: None, on_fenced=lambda g: None)
     gen = generation()
@@ -58,6 +60,9 @@ async def test_failed_writes_back_off_to_a_ceiling_and_the_first_success_resets_
         delays.append(writer.retry_delay)
     assert delays == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]  # not one attempt a second for as long as it lasts
     assert store.attempts == 7 and gen.log.persisted == 0  # every attempt carried everything not yet written
+    # ... packed once: a retry packs only what came since the last attempt, not the whole backlog again
+    assert [c.first_idx for c in store.batches[-1].chunks] == [0, 10, 20, 30, 40, 50, 60]
+    assert all(a is b for a, b in zip(store.batches[-1].chunks[:-1], store.batches[-2].chunks, strict=True))
 
     written = []
 
@@ -68,7 +73,7 @@ async def test_failed_writes_back_off_to_a_ceiling_and_the_first_success_resets_
     store.write = write
     await writer.flush()  # (still dirty from the last failure)
     assert writer.retry_delay == 0.0 and writer.backlog_bytes == 0
-    assert gen.log.persisted == 70 and written[0].chunks[0].first_idx == 0
+    assert gen.log.persisted == 70 and [c.first_idx for c in written[0].chunks] == [0, 10, 20, 30, 40, 50, 60]
 
 
 @pytest.fixture
@@ -152,3 +157,21 @@ async def test_a_store_that_never_answers_holds_up_no_reader_of_a_long_session(g
     assert got.status == 200 and got.dones == 1 and not got.cut
     assert got.indices == list(range(tokens + 2))  # role chunk, every token, [DONE]: nothing held back
     assert [e.data for e in followed.events] == [e.data for e in got.events]
+
+
+async def test_what_failed_attempts_packed_reads_back_whole_once_the_store_takes_it(sqlite_store):
+    gen = generation()
+    writer = StoreWriter(sqlite_store, interval=0.05, on_written=lambda g: None, on_fenced=lambda g: None)
+    real_write = sqlite_store.write
+    sqlite_store.write = Failing().write
+    for _ in range(3):
+        append_events(gen, 10)
+        writer.mark(gen)
+        await writer.flush()
+    sqlite_store.write = real_write
+    append_events(gen, 5)
+    writer.mark(gen)
+    await writer.flush()
+    stored = await sqlite_store.read_frames(gen.gen_id, 0)
+    assert [orjson.loads(f.split(b"data: ", 1)[1])["n"] for f in stored] == list(range(35))
+    assert gen.log.persisted == 35

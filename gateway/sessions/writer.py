@@ -137,7 +137,8 @@ class StoreWriter:
                 self._packed[generation.gen_id] = (list(packed), held)
             trace = generation.trace
             if trace is not None:
-                traced.append((trace, len(frames), len(raw), ending))
+                carried = end - packed[0].first_idx if packed else 0  # (a retry: earlier attempts' events too)
+                traced.append((trace, carried, held, ending))
         if not batch:
             return
         started = time.perf_counter()

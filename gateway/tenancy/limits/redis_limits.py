@@ -37,7 +37,7 @@ def _script(name: str) -> str:
 
 ADMIT = _script("admit.lua")
 ADJUST = _script("adjust.lua")
-_EXTEND, _SETTLE = 1, 2
+_EXTEND, _SETTLE, _SETTLE_NOT_RUN = 1, 2, 3
 
 
 _PACKED_MAX = 10_000
@@ -142,7 +142,7 @@ class RedisLimits:
         reservation.granted += granted
         return granted
 
-    def settle(self, reservation: Reservation, used: int) -> None:
+    def settle(self, reservation: Reservation, used: int, *, ran: bool = True) -> None:
         """Sent without waiting for the reply: nothing depends on it, and a request's end should not wait on Redis.
 
         The script is loaded on every new connection (``preload``); a server that lost it without a
@@ -150,7 +150,8 @@ class RedisLimits:
         """
         demand = reservation.demand
         count, keys, limits = self._packed(demand)
-        body = keys + _pack_args((reservation.id, _SETTLE, used - reservation.granted, reservation.second,
+        mode = _SETTLE if ran else _SETTLE_NOT_RUN
+        body = keys + _pack_args((reservation.id, mode, used - reservation.granted, reservation.second,
                                   self.lease_ms, WINDOW_SECONDS)) + limits
         self.client.evalsha_nowait(ADJUST, count + 6, body)
 

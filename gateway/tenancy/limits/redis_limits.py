@@ -27,7 +27,7 @@ from gateway.tenancy.limits.model import (
     RateLimited,
     Reservation,
 )
-from gateway.tenancy.limits.resp import RedisClient, pack
+from gateway.tenancy.limits.resp import RedisClient
 
 
 def _script(name: str) -> str:
@@ -75,7 +75,12 @@ class _ReservationIds:
 
 
 def _pack_args(args: tuple) -> bytes:
-    return pack(args).split(b"\r\n", 1)[1]  # without the array header: a fragment of a longer command
+    """``args`` as RESP bulk strings without the array header: a fragment of a longer command."""
+    parts = []
+    for arg in args:
+        data = b"%d" % arg if isinstance(arg, int) else arg.encode() if isinstance(arg, str) else arg
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 def _keys(demand: Demand) -> list[str]:

@@ -201,7 +201,7 @@ class Run:
             channel.stop_watching()
         queueing.release(request)
         await self.sink.refused(error)
-        await settle_call(request, answered=False, failure=error)  # (never ran: its request given back too)
+        await settle_call(request, answered=False, failure=error)  # (no engine received it: its request too)
         if channel is not None and self._client_here and not channel.gone:
             await send_error(request.error_shape, error, channel.head_send)
         self._client_left()

@@ -14,9 +14,10 @@
 3. *interactive TTFT*: 4 concurrent streamed chats (the interactive load) for ``--window``
    seconds alone, then while a batch runs on one gateway, alone, while a batch runs on the other,
    alone, ``--rounds`` times (the order alternating): each TTFT p50 with the batch over the mean
-   of the two runs without it around it. The two gateways are the same but for ``FLOW_YIELD``
-   (the batch band yielding to live traffic, ``gateway/flow/yielding.py``): before and after in
-   one run.
+   of the two runs without it around it, and the batch's lines/s meanwhile. The gateways are the
+   same but for ``FLOW_YIELD`` (the batch band yielding to live traffic,
+   ``gateway/flow/yielding.py``): before and after in one run; ``--floors 1,4`` adds a gateway
+   per other ``FLOW_YIELD_FLOOR``.
 
 **Fake engine** (``bench/fake_upstream.py``, no generation delay): the gateway's own overhead, a
 batch of ``--lines`` lines at ``BATCH_CONCURRENCY`` 32 against the same requests sent directly
@@ -149,24 +150,28 @@ async def interactive(base_url: str, model: str, window: float, headers: dict) -
 
 
 async def with_batch(gateway: ServerProcess, model: str, *, lines: int, tokens: int, window: float,
-                     headers: dict) -> tuple[list[float], bool]:
-    """The interactive load through ``gateway`` while a batch of ``lines`` runs there (then cancelled)."""
+                     headers: dict) -> tuple[list[float], bool, float]:
+    """The interactive load through ``gateway`` while a batch of ``lines`` runs there (then cancelled): its
+    TTFTs, whether the batch still ran at the end, and the batch's lines per second meanwhile."""
     async with openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key=KEY, max_retries=2) as client:
         batch_id = await submit(client, model, lines, tokens)
         await until_status(client, batch_id, ("in_progress",))
+        first = (await client.batches.retrieve(batch_id)).request_counts
         during = await interactive(gateway.base_url, model, window, headers)
-        running = (await client.batches.retrieve(batch_id)).status
+        batch = await client.batches.retrieve(batch_id)
+        running = batch.status
+        lines_done = batch.request_counts.completed - (first.completed if first else 0)
         with contextlib.suppress(openai.ConflictError):  # (it may have completed meanwhile)
             await client.batches.cancel(batch_id)
         await until_status(client, batch_id, ("cancelled", "completed"))
-    return during, running == "in_progress"
+    return during, running == "in_progress", lines_done / window
 
 
 async def ttft_rounds(gateways: dict[str, ServerProcess], model: str, *, lines: int, tokens: int, rounds: int,
                       window: float) -> list[dict]:
-    """Per round: alone, with a batch on one gateway, alone, with a batch on the other, alone (the order
-    of the gateways alternating by round); each with-batch p50 over the mean of the two alone p50s
-    around it. ``gateways``: the variants (FLOW_YIELD on and off), the same engine behind both."""
+    """Per round: alone, then for each gateway a batch on it and alone again (the order of the gateways
+    reversed every other round); each with-batch p50 over the mean of the two alone p50s around it.
+    ``gateways``: the variants (FLOW_YIELD on and off, other floors), the same engine behind all."""
     headers = {"authorization": f"Bearer {KEY}"}
     found = []
     names = list(gateways)
@@ -175,13 +180,14 @@ async def ttft_rounds(gateways: dict[str, ServerProcess], model: str, *, lines: 
         alone = [await interactive(gateways[order[0]].base_url, model, window, headers)]
         row: dict = {"order": order}
         for name in order:
-            during, running = await with_batch(gateways[name], model, lines=lines, tokens=tokens, window=window,
+            during, running, rate = await with_batch(gateways[name], model, lines=lines, tokens=tokens, window=window,
                                                headers=headers)
             alone.append(await interactive(gateways[name].base_url, model, window, headers))
             base = (statistics.median(alone[-2]) + statistics.median(alone[-1])) / 2
             row[name] = {"alone_p50_ms": base * 1000, "with_batch_p50_ms": statistics.median(during) * 1000,
                          "with_batch_p90_ms": percentile(during, 90) * 1000,
                          "ratio": statistics.median(during) / base, "batch_still_running_at_end": running,
+                         "batch_lines_per_s": rate,
                          "samples": [len(alone[-2]), len(during), len(alone[-1])]}
         row["load_average"] = os.getloadavg()[0]
         found.append(row)
@@ -216,15 +222,17 @@ async def real_engine(args, tmp: Path) -> dict:
                             headers={"authorization": f"Bearer {KEY}"})  # the same, as live requests through it
         again = await direct(engine_url, model, args.lines, args.tokens, best["concurrency"])  # bracket the drift
         direct_rate = (best["lines_per_s"] + again["lines_per_s"]) / 2
-        # The same gateway without the yield (FLOW_YIELD=false), beside it: before and after in one run.
-        unyielding = await start_gateway(engine_url, tmp, concurrency=best["concurrency"],
-                                         extra={"FLOW_YIELD": "false"})
-        stack.push_async_callback(stop_server, unyielding)
+        # The same gateway without the yield (FLOW_YIELD=false) beside it, and one per other floor asked
+        # for: before and after in one run.
+        variants = {"yield": gateway}
+        for name, extra in [("no_yield", {"FLOW_YIELD": "false"})] + \
+                [(f"floor_{floor}", {"FLOW_YIELD_FLOOR": str(floor)}) for floor in args.floors]:
+            variants[name] = await start_gateway(engine_url, tmp, concurrency=best["concurrency"], extra=extra)
+            stack.push_async_callback(stop_server, variants[name])
         # A batch of 3x the lines, so that it outlasts the interactive window (then it is cancelled).
-        ttft = await ttft_rounds({"yield": gateway, "no_yield": unyielding}, model, lines=3 * args.lines,
-                                 tokens=args.tokens, rounds=args.rounds, window=args.window)
-    medians = {name: statistics.median(r[name]["ratio"] for r in ttft) for name in ("yield", "no_yield")} \
-        if ttft else None
+        ttft = await ttft_rounds(variants, model, lines=3 * args.lines, tokens=args.tokens, rounds=args.rounds,
+                                 window=args.window)
+    medians = {name: statistics.median(r[name]["ratio"] for r in ttft) for name in variants} if ttft else None
     return {"model": model, "direct": runs, "direct_again": again, "live_through_gateway": live,
             "best_concurrency": best["concurrency"],
             "batch_alone": alone, "batch_over_direct": alone["lines_per_s"] / direct_rate, "ttft": ttft,
@@ -264,9 +272,10 @@ def report(results: dict) -> str:
                 f"- the same requests as live non-streamed requests through the gateway: "
                 f"{real['live_through_gateway']['lines_per_s']:.2f} lines/s", "",
                 "| round | gateway | TTFT p50 alone (ms) | with the batch (ms) | p90 with it (ms) | ratio | "
-                "load average |", "|---:|---|---:|---:|---:|---:|---:|"]
+                "batch lines/s meanwhile | load average |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
         out += [f"| {n + 1} | {name} | {r[name]['alone_p50_ms']:.1f} | {r[name]['with_batch_p50_ms']:.1f} | "
-                f"{r[name]['with_batch_p90_ms']:.1f} | {r[name]['ratio']:.2f} | {r['load_average']:.1f} |"
+                f"{r[name]['with_batch_p90_ms']:.1f} | {r[name]['ratio']:.2f} | "
+                f"{r[name].get('batch_lines_per_s', 0):.1f} | {r['load_average']:.1f} |"
                 for n, r in enumerate(real["ttft"]) for name in r["order"]]
         if real["ttft_ratio_median"]:
             out += ["", "Median ratio: " + ", ".join(f"{name} **{value:.2f}**"
@@ -300,6 +309,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=lambda text: [int(v) for v in text.split(",")], default=[8, 16, 32])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=20.0, help="seconds of interactive load per phase")
+    parser.add_argument("--floors", type=lambda text: [int(v) for v in text.split(",") if v], default=[],
+                        help="FLOW_YIELD_FLOOR values to measure beside the default's (a gateway each)")
     parser.add_argument("--engine-url", default=None)
     parser.add_argument("--skip-engine", action="store_true")
     parser.add_argument("--skip-fake", action="store_true")

@@ -7,6 +7,10 @@ Otherwise it queues, and is dispatched by the next event that frees what it need
 release (its slot, its key's and team's), a scrape or an engine coming back
 (``capacity_changed``). Nothing polls.
 
+The lowest band has less room on an engine than the others: the headroom once the engine was
+seen saturated (``capacity``), and while a higher band is active there at most
+``FLOW_YIELD_FLOOR`` of its requests (``yielding``).
+
 Order when a slot frees (per model):
 
 A key at its ``max_concurrency`` or at ``MAX_INFLIGHT_PER_KEY``, a team at its

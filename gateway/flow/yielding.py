@@ -14,9 +14,10 @@ may get it). Back to its normal room (the headroom rule, or none) the moment nei
 the release of the last higher-band grant dispatches the waiting lines at once, nothing
 polls. The floor (at least 1) keeps a batch progressing beside steady interactive traffic.
 
-This is llm-d's "sheddable" band treated gently: llm-d's flow control sheds requests of a
-negative priority when the pool is saturated; vLLM's priority scheduler orders waiting
-requests but never preempts a running one for a better priority (only under KV pressure).
+This is llm-d's "sheddable" band treated gently: its endpoint picker (the Gateway API Inference
+Extension) rejects requests of a negative priority once the whole pool is saturated and treats
+them like any other below that; vLLM's priority scheduler orders waiting requests but never
+preempts a running one for a better priority (only under KV pressure).
 Neither keeps a low band's running share small while an idle engine serves higher traffic,
 which is what a fuller decode batch on a CPU engine costs. Lines already running when
 interactive traffic arrives finish (vLLM does not preempt them); the yield only stops new

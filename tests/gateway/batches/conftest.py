@@ -61,7 +61,9 @@ def chat_line(custom_id: str, model: str, content: str = "hi", max_tokens: int =
 
 
 async def admin(base_url: str, method: str, path: str, **kwargs) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {WRITE_KEY}"}) as client:
+    # (a generous hang guard: httpx's default 5 s read timeout failed a key creation at load average 25)
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {WRITE_KEY}"},
+                                 timeout=60) as client:
         return await client.request(method, path, **kwargs)
 
 

@@ -27,7 +27,7 @@ def jobs_settings(tmp_path, fake_engine):
 async def jobs_ready(base_url: str, timeout: float = 60.0) -> None:
     """Wait until the gateway's database is migrated (the jobs routes answer 503 until then)."""
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=timeout) as client:
         while (await client.get(base_url + "/v1/files", headers={"authorization": f"Bearer {READ_KEY}"})
                ).status_code == 503:
             assert time.monotonic() < deadline, "the gateway's database was not migrated"

@@ -201,6 +201,10 @@ class Settings(BaseSettings):
     # Bytes of events not yet persisted (a store that is down or slow) beyond which new
     # streams are refused (503) until the store catches up; memory stays bounded.
     session_max_unpersisted_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # The hard bound on event bytes held in memory for a store that does not take them: beyond
+    # it the writer stops persisting the generations holding the most (their clients are still
+    # fed from memory; the store gets an error ending where its copy stops). docs/sessions.md.
+    session_max_held_bytes: int = Field(256 * 1024 * 1024, ge=1024)
 
     # --- the Responses API (stored responses, background runs) -------------------------
     # How long a stored response (``store`` not false) can be retrieved and continued with

@@ -10,6 +10,11 @@ dropped only once they are persisted (``mark_persisted``) and every attached
 reader is past them (a client that reads slower than the engine writes is
 never cut off; the generation's length bounds what it holds). A reader
 asking for a dropped index gets ``None`` and must read the store (or 410).
+
+When the store has been failing long enough that the events held for it pass their bound
+(``SESSION_MAX_HELD_BYTES``), the writer gives up on persisting a log (``stop_persisting``):
+from then on it is trimmed like a memory-only log, and ``lost_from`` says where the store's
+copy stops.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ UNBOUNDED = 1 << 62
 
 
 class EventLog:
-    __slots__ = ("frames", "base", "ended", "persisted", "ring_size", "readers", "_slack", "_waiter")
+    __slots__ = ("frames", "base", "ended", "persisted", "lost_from", "ring_size", "readers", "_slack", "_waiter")
 
     def __init__(self, ring_size: int, *, persistent: bool) -> None:
         self.frames: list[bytes] = []
@@ -28,6 +33,7 @@ class EventLog:
         self.ended = False
         # Without a store nothing waits to be written: every event may leave the ring.
         self.persisted = 0 if persistent else UNBOUNDED
+        self.lost_from: int | None = None  # set when the store will never get the events from here on
         self.ring_size = ring_size
         self.readers: set = set()  # attached readers, each with a ``position`` (next index it reads)
         self._slack = max(16, ring_size // 8)  # trim in steps, not on every append
@@ -67,6 +73,16 @@ class EventLog:
         self.persisted = index
         if len(self.frames) > self.ring_size + self._slack:
             self._trim()
+
+    def stop_persisting(self) -> int:
+        """The store will not get the events not yet persisted: let them leave the ring like any
+        other (attached readers keep what they have not read); returns where the store's copy stops."""
+        if self.lost_from is None:
+            self.lost_from = min(self.persisted, self.next_index)
+            self.persisted = UNBOUNDED
+            if len(self.frames) > self.ring_size:
+                self._trim()
+        return self.lost_from
 
     def release(self, reader) -> None:
         """A reader left: what only it still needed may leave the ring now."""

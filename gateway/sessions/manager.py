@@ -185,7 +185,8 @@ class SessionManager:
         generation = self._generations.get(key)
         if generation is not None:
             R.check_position(start, generation.log.next_index, ended=not generation.live)
-            if start < generation.log.base and self.store is None:
+            lost_from = generation.log.lost_from  # (the store's copy stops there: see StoreWriter)
+            if start < generation.log.base and (self.store is None or lost_from is not None and start >= lost_from):
                 raise R.evicted(start, generation.log.base)
             if start == generation.log.next_index and not generation.live:
                 return R.nothing_left(point.session_id)

@@ -61,11 +61,17 @@ class Persistence:
         self.check_interval = self.lease / 3
         self.listener_lease = self.lease
         self.writer = StoreWriter(store, interval=settings.session_flush_interval, on_written=on_written,
-                                  on_fenced=on_fenced)
+                                  on_fenced=on_fenced, max_held_bytes=settings.session_max_held_bytes)
 
     async def read_evicted(self, generation: Generation, index: int) -> list[bytes]:
-        """Events that left a local ring, read back from the store."""
+        """Events that left a local ring, read back from the store (never past where its copy stops)."""
+        lost_from = generation.log.lost_from
+        if lost_from is not None and index >= lost_from:
+            raise FeedBroken(f"events from index {index} were not persisted (the session store was unavailable) "
+                             "and have left memory", code="events_evicted")
         read = await self.store.read_frames(generation.gen_id, index)
+        if lost_from is not None:
+            read = read[:lost_from - index]  # (the store's own ending follows: not this log's events)
         if not read:
             raise FeedBroken(f"events from index {index} are no longer available", code="events_evicted")
         return read

@@ -23,7 +23,7 @@ def make_store(settings: Settings, *, replica: str | None = None) -> SessionStor
         from gateway.sessions.store.sqlite import SQLiteStore
 
         store = SQLiteStore(url, replica=replica, lease_seconds=settings.session_lease_seconds,
-                            poll_interval=settings.session_flush_interval)
+                            poll_interval=settings.session_flush_interval, busy_timeout_seconds=timeout * 0.8)
     elif settings.session_store == "postgres":
         from gateway.sessions.store.postgres import PostgresStore
 

@@ -3,7 +3,10 @@
 WAL journal, ``synchronous=NORMAL``: a commit is an append to the WAL, and a
 flush of many sessions is one commit. Writes go through one connection under
 a lock (SQLite has one writer anyway); replays read through a second one, so
-a long replay never waits on the writer. Several gateway processes may share
+a long replay never waits on the writer. Every write transaction is ``BEGIN IMMEDIATE``
+(see ``_transaction``): the file is shared with the gateway's other tables (the usage ledger,
+batches, stored responses), whose writers would otherwise fail our flushes at once with
+"database is locked". Several gateway processes may share
 the file: a follower in another process polls for new events every
 ``poll_interval`` seconds, and cancel requests travel through a flag the
 producing process polls.
@@ -98,8 +101,13 @@ def sqlite_path(url: str) -> str:
 class SQLiteStore:
     name = "sqlite"
 
-    def __init__(self, url: str, *, replica: str, lease_seconds: float, poll_interval: float) -> None:
+    def __init__(self, url: str, *, replica: str, lease_seconds: float, poll_interval: float,
+                 busy_timeout_seconds: float = 10.0) -> None:
         self.path = sqlite_path(url)
+        # How long a statement waits for another connection's write lock. Below the store's call
+        # bound (``make_store``): a statement still waiting in aiosqlite's thread after its caller
+        # gave up would hold this store's writer (and the ROLLBACK queued behind it) that much longer.
+        self.busy_timeout_ms = max(1, int(busy_timeout_seconds * 1000))
         self.replica = replica
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -133,7 +141,7 @@ class SQLiteStore:
 
     async def _connect(self) -> aiosqlite.Connection:
         connection = await aiosqlite.connect(self.path, isolation_level=None)  # we BEGIN ourselves
-        await connection.execute("PRAGMA busy_timeout=10000")
+        await connection.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
         await connection.execute("PRAGMA synchronous=NORMAL")
         return connection
 
@@ -145,8 +153,17 @@ class SQLiteStore:
         self._reader = self._writer = None
 
     @contextlib.asynccontextmanager
-    async def _transaction(self, begin: str = "BEGIN"):
-        """One transaction on the writer connection, rolled back whatever ends it early.
+    async def _transaction(self):
+        """One write transaction on the writer connection, rolled back whatever ends it early.
+
+        ``BEGIN IMMEDIATE`` takes the file's write lock up front, waiting for another connection's
+        write (the usage ledger, batches, stored responses, another process) up to the busy
+        timeout. A plain (deferred) ``BEGIN`` whose first statement reads (the flush's fencing
+        SELECT) holds a read snapshot when it comes to write: SQLite then never waits (waiting
+        could deadlock two such upgraders), it fails at once with "database is locked", and does
+        so as well if anyone committed since the snapshot (``SQLITE_BUSY_SNAPSHOT``). That made
+        every flush that met another writer's transaction fail (tests/gateway/sessions/
+        test_sqlite_transactions.py).
 
         aiosqlite runs each statement in its own thread in the order they were sent, whether or
         not the caller still awaits it: a call cancelled (a store timeout, a shutdown) while its
@@ -158,7 +175,7 @@ class SQLiteStore:
         async with self._lock:
             writer = self._writer
             try:
-                await writer.execute(begin)
+                await writer.execute("BEGIN IMMEDIATE")
                 yield writer
                 await writer.execute("COMMIT")
             except BaseException:
@@ -177,7 +194,7 @@ class SQLiteStore:
 
     async def _claim(self, generation: NewGeneration) -> None:
         now = time.time()
-        async with self._transaction("BEGIN IMMEDIATE") as db:
+        async with self._transaction() as db:
             async with db.execute(
                 "SELECT s.gen_id, s.status, s.replica, r.heartbeat_at FROM stream_sessions s "
                 "LEFT JOIN stream_replicas r ON r.replica = s.replica WHERE s.owner = ? AND s.session_id = ?",
@@ -269,7 +286,7 @@ class SQLiteStore:
 
     async def end_orphan(self, gen_id: int, make_ending: EndingFactory) -> bool:
         now = time.time()
-        async with self._transaction("BEGIN IMMEDIATE") as db:
+        async with self._transaction() as db:
             async with db.execute(
                 "SELECT s.session_id, s.status, s.replica, r.heartbeat_at FROM stream_sessions s "
                 "LEFT JOIN stream_replicas r ON r.replica = s.replica WHERE s.gen_id = ?", (gen_id,)

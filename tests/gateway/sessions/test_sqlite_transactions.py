@@ -1,11 +1,15 @@
-"""The SQLite session store's transactions survive a call cancelled halfway (a store timeout, a shutdown)."""
+"""The SQLite session store's transactions: they survive a call cancelled halfway (a store timeout, a
+shutdown), and another connection writing to the same file never fails them."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import pytest
 
+from gateway.sessions.frames import pack
+from gateway.sessions.store.base import Batch, Chunk, NewGeneration
 from gateway.sessions.store.sqlite import SQLiteStore
 
 
@@ -44,3 +48,38 @@ async def test_a_call_cancelled_while_its_begin_or_commit_is_on_the_way_leaves_t
     store._writer.execute = real
     await store.retire()  # "cannot start a transaction within a transaction" before the fix
     assert not store._writer.in_transaction
+
+
+async def test_a_flush_meeting_another_connections_write_is_not_refused_with_database_is_locked(store):
+    """The file is shared: the usage ledger, batches and stored responses write to it on connections
+    of their own. A flush used to open a deferred BEGIN and read first (its fencing SELECT); when
+    another connection wrote before the flush's first write, SQLite refused that write at once with
+    "database is locked" (a read snapshot cannot wait for the lock, nor write over a newer commit),
+    and the events stayed unpersisted. Here the other connection tries to write exactly then."""
+    await store.claim(NewGeneration("owner", "s", 7, True))  # stored: the flush starts with its SELECT
+    other = sqlite3.connect(store.path, isolation_level=None, timeout=0)  # (0: never waits, nothing hangs)
+    other_wrote: list[bool] = []
+    real = store._writer.executemany
+
+    def executemany(sql, rows):
+        if sql.startswith("INSERT OR IGNORE INTO stream_chunks") and not other_wrote:
+            try:  # between the flush's read and its first write
+                other.execute("BEGIN IMMEDIATE")
+                other.execute("CREATE TABLE IF NOT EXISTS usage_elsewhere (n INTEGER)")
+                other.execute("COMMIT")
+                other_wrote.append(True)
+            except sqlite3.OperationalError:
+                other_wrote.append(False)  # the flush holds the write lock: the other writer waits its turn
+        return real(sql, rows)
+
+    store._writer.executemany = executemany
+    event = b"id: s:0\ndata: {}\n\n"
+    try:
+        async with asyncio.timeout(30):
+            fenced = await store.write(Batch(chunks=[Chunk(7, 0, 0, pack(event))]))
+            assert fenced == set()
+            assert await store.read_frames(7, 0) == [event]
+    finally:
+        store._writer.executemany = real
+        other.close()
+    assert other_wrote == [False]

@@ -116,11 +116,11 @@ def otlp_exporter(settings: Settings) -> SpanExporter | None:
                             if settings.otel_exporter_otlp_headers is not None else "")
     timeout = settings.otel_exporter_otlp_timeout / 1000
     if settings.otel_exporter_otlp_protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        from gateway.tracing.otlp_grpc import GrpcExporter
         target = endpoint or base
         return GrpcExporter(endpoint=target, headers=headers, timeout=timeout,
                             insecure=target.startswith("http://"))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from gateway.tracing.otlp_http import HttpExporter
     if not endpoint:  # the signal's path is added to the base endpoint (the specification's rule)
         endpoint = base.rstrip("/") + "/v1/traces"
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=timeout)

@@ -24,8 +24,16 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace import set_span_in_context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 from opentelemetry.trace.span import TraceState
 
 from gateway.tracing.otlp_encoding import OtlpEncoder
@@ -108,7 +116,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         self.requests: list[ExportTraceServiceRequest] = []
         self.received = threading.Event()
 
-    def Export(self, request, context):  # noqa: N802 (the service's method name)
+    def Export(self, request, context):
         self.requests.append(request)
         self.received.set()
         return ExportTraceServiceResponse()

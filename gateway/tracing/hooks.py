@@ -24,7 +24,7 @@ def trace_of(request) -> RequestTrace | None:
 def recorded(request) -> bool:
     """Whether ``request``'s spans are recorded (traced and sampled): worth reading more for."""
     trace = request.get(RequestTrace)
-    return trace is not None and trace.span.is_recording()
+    return trace is not None and trace.recording
 
 
 def trace_id(request) -> str | None:

@@ -35,6 +35,7 @@ _KINDS = {kind: b"\x30" + _SMALL[kind.value + 1] for kind in SpanKind}  # the pr
 _CODES = {code: b"\x18" + _SMALL[code.value] if code.value else b"" for code in StatusCode}
 _keys: dict[str, bytes] = {}  # attribute key -> KeyValue.key field (keys are few: the conventions' names)
 _pairs: dict[tuple[str, str], bytes] = {}  # (key, text value) -> the KeyValue with its length
+_numbers: dict[tuple[str, int], bytes] = {}  # (key, integer value) -> the same
 _MAX_PAIRS = 8192
 
 
@@ -102,23 +103,26 @@ def _key(key: str) -> bytes:
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     """``attributes`` as repeated ``KeyValue`` fields numbered by ``tag``.
 
-    A text value's whole pair is kept (``_pairs``): most are the same from request to request
-    (the operation, the provider, the model, the routing policy, the engine).
+    A text or integer value's whole pair is kept (``_pairs``, ``_numbers``): most are the same
+    from request to request (the operation, the provider, the model, the routing policy, the
+    engine, the status code, the token counts).
     """
     if not attributes:
         return b""
     if type(attributes) is BoundedAttributes:  # its own dict: the mapping's items() goes through __getitem__
         attributes = attributes._dict
     parts = []
-    pairs = _pairs
+    pairs, numbers = _pairs, _numbers
     for key, value in attributes.items():
-        if type(value) is str:
-            pair = pairs.get((key, value))
+        kind = type(value)
+        if kind is str or kind is int:  # (apart: True == 1 as a dict key, and "1" is not 1)
+            cache = pairs if kind is str else numbers
+            pair = cache.get((key, value))
             if pair is None:
-                if len(pairs) >= _MAX_PAIRS:
-                    pairs.clear()
-                pair = _key(key) + _delimited(b"\x12", _text(b"\x0a", value))
-                pair = pairs[(key, value)] = _varint(len(pair)) + pair
+                if len(cache) >= _MAX_PAIRS:
+                    cache.clear()
+                pair = _key(key) + _delimited(b"\x12", _any_value(value))
+                pair = cache[(key, value)] = _varint(len(pair)) + pair
         else:
             pair = _key(key) + _delimited(b"\x12", _any_value(value))
             pair = _varint(len(pair)) + pair

@@ -18,6 +18,16 @@ engine runs at once; and one interactive request (an interactive key; 8 tokens) 
 paced a second apart. First the interactive requests' idle TTFT (no other load). Reports TTFT
 p50/p90 per band and the ratios the issue sets (interactive p50 <= 0.3 x batch p50, and <= 2 x
 idle). Writes bench/results/flow_engine.{json,md}.
+
+    python -m bench.flow_engine --scenario fairness [--slots 4] [--duration 60] [--rounds 2]
+
+Fair sharing between two tenants of equal weight on the real engine, modes ``flow`` and
+``no-flow``: two keys without a team (so each is its own tenant), both in the ``standard``
+band; the heavy one keeps ``10 x SLOTS`` closed-loop streams open, the light one ``SLOTS``
+(10:1 offered load, each alone more than the engine runs at once, so both stay backlogged).
+Counts the content tokens each tenant receives after a warm-up of a quarter of the duration
+and reports heavy:light and Jain's fairness index (the issue: within 1.5:1, index >= 0.9).
+Writes bench/results/flow_engine_fairness.{json,md}.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -42,6 +53,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 READ_KEY = "bench-flow-read-key-0123456789"
 ADMIN_KEY = "bench-flow-admin-key-0123456789"
 MODES = ("flow", "flow-no-headroom", "no-flow")
+FAIRNESS_MODES = ("flow", "no-flow")
 
 
 def gateway_env(mode: str, engine_url: str, engine_key: str | None, tmp: Path, port: int) -> dict[str, str]:
@@ -124,6 +136,68 @@ async def measure(mode: str, engine_url: str, engine_key: str | None, model: str
     return {"idle": summary(idle), "interactive": summary(interactive), "batch": summary(batch), "failed": failed}
 
 
+async def create_key(session: aiohttp.ClientSession, base_url: str, name: str, priority: str) -> str:
+    async with session.post(f"{base_url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                            json={"name": name, "priority": priority}) as created:
+        assert created.status == 201, await created.text()
+        return (await created.json())["key"]
+
+
+async def stream_tokens(session: aiohttp.ClientSession, base_url: str, key: str, model: str, max_tokens: int,
+                        on_token: Callable[[], None]) -> bool:
+    """One streamed chat; ``on_token`` for every content chunk. False when the gateway refused it."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Write about rivers."}], "stream": True,
+            "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+    async with session.post(f"{base_url}/v1/chat/completions", json=body,
+                            headers={"authorization": f"Bearer {key}"}) as response:
+        if response.status != 200:
+            await response.read()
+            return False
+        async for line in response.content:
+            if line.startswith(b"data: {") and b'"content":"' in line:
+                on_token()
+    return True
+
+
+def jain_index(shares: list[float]) -> float:
+    """Jain's fairness index of the tenants' (equal-weight) shares: 1.0 is an even split, 1/n the worst."""
+    return sum(shares) ** 2 / (len(shares) * sum(x * x for x in shares)) if any(shares) else 0.0
+
+
+async def measure_fairness(mode: str, engine_url: str, engine_key: str | None, model: str, slots: int,
+                           duration: float, tmp: Path) -> dict:
+    port = free_port()
+    server = await start_server(name=f"gateway-fair-{mode}-{port}", argv=[PYTHON, "-m", "gateway"], port=port,
+                                log_dir=tmp, env=gateway_env(mode, engine_url, engine_key, tmp, port),
+                                startup_timeout=60, cwd=str(REPO_ROOT))
+    tokens = {"heavy": 0, "light": 0}
+    refused = {"heavy": 0, "light": 0}
+    started = time.monotonic()
+    window_from, stop_at = started + duration / 4, started + duration
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+            keys = {tenant: await create_key(session, server.base_url, f"{tenant} tenant", "standard")
+                    for tenant in tokens}
+
+            def counter(tenant: str) -> Callable[[], None]:
+                def count() -> None:
+                    if window_from <= time.monotonic() < stop_at:
+                        tokens[tenant] += 1
+                return count
+
+            async def loop(tenant: str) -> None:
+                while time.monotonic() < stop_at:
+                    if not await stream_tokens(session, server.base_url, keys[tenant], model, 64, counter(tenant)):
+                        refused[tenant] += 1
+
+            await asyncio.gather(*(loop("heavy") for _ in range(10 * slots)), *(loop("light") for _ in range(slots)))
+    finally:
+        await stop_server(server)
+    heavy, light = tokens["heavy"], tokens["light"]
+    return {"tokens": tokens, "refused": refused, "window_s": stop_at - window_from,
+            "heavy_to_light": heavy / light if light else None, "jain": jain_index([heavy, light])}
+
+
 @contextlib.asynccontextmanager
 async def own_engine(slots: int, tmp: Path):
     port = free_port()
@@ -170,16 +244,37 @@ async def main_async(args: argparse.Namespace) -> dict:
         engine = contextlib.nullcontext(args.engine_url) if args.engine_url else own_engine(args.slots, tmp)
         async with engine as url:
             model = await served_model(url, args.engine_key)
+            modes, run = (FAIRNESS_MODES, measure_fairness) if args.scenario == "fairness" else (MODES, measure)
             rounds = []
             for index in range(args.rounds):
-                order = MODES if index % 2 == 0 else tuple(reversed(MODES))
-                rounds.append({mode: await measure(mode, url, args.engine_key, model, args.slots, args.duration, tmp)
+                order = modes if index % 2 == 0 else tuple(reversed(modes))
+                rounds.append({mode: await run(mode, url, args.engine_key, model, args.slots, args.duration, tmp)
                                for mode in order})
                 print(json.dumps(rounds[-1]), flush=True)
-    return {"slots": args.slots, "duration_s": args.duration, "rounds": rounds, "load": os.getloadavg()}
+    return {"scenario": args.scenario, "slots": args.slots, "duration_s": args.duration, "rounds": rounds,
+            "load": os.getloadavg()}
+
+
+def fairness_report(result: dict) -> str:
+    lines = [f"# Fair sharing on the real engine: two tenants of equal weight at 10:1 offered load "
+             f"({result['slots']} slots; {10 * result['slots']} heavy and {result['slots']} light streams, "
+             f"{result['duration_s']:.0f} s per mode and round, tokens counted after the first quarter)", "",
+             "| round | mode | heavy tokens | light tokens | heavy:light | Jain's index | refused heavy/light |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for number, round_ in enumerate(result["rounds"], 1):
+        for mode, data in round_.items():
+            ratio = data["heavy_to_light"]
+            lines.append(f"| {number} | {mode} | {data['tokens']['heavy']:,} | {data['tokens']['light']:,} | "
+                         f"{'-' if ratio is None else f'{ratio:.2f}'} | {data['jain']:.3f} | "
+                         f"{data['refused']['heavy']}/{data['refused']['light']} |")
+    lines.append("")
+    lines.append(f"Load average at the end: {' '.join(f'{x:.1f}' for x in result['load'])}.")
+    return "\n".join(lines) + "\n"
 
 
 def report(result: dict) -> str:
+    if result.get("scenario") == "fairness":
+        return fairness_report(result)
     lines = [f"# Flow control on the real engine: TTFT by band at saturation ({result['slots']} slots, "
              f"{2 * result['slots']} batch streams, {result['duration_s']:.0f} s per mode and round)", "",
              "| round | mode | idle p50 s | interactive p50 s (p90) | batch p50 s (p90) | interactive/batch p50 | "
@@ -200,6 +295,7 @@ def report(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=("priority", "fairness"), default="priority")
     parser.add_argument("--engine-url")
     parser.add_argument("--engine-key")
     parser.add_argument("--slots", type=int, default=4)
@@ -209,9 +305,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = asyncio.run(main_async(args))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flow_engine.json").write_text(json.dumps(result, indent=1))
+    stem = "flow_engine_fairness" if args.scenario == "fairness" else "flow_engine"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     text = report(result)
-    (args.out / "flow_engine.md").write_text(text)
+    (args.out / f"{stem}.md").write_text(text)
     print(text)
 
 

@@ -38,6 +38,7 @@ class LineGroups:
         self._name = name
         self._pause = pause
         self._waiting: list[tuple[Finished, bool, asyncio.Future]] = []
+        self._writing: list[tuple[Finished, bool, asyncio.Future]] = []  # the group in the transaction
         self._writer: asyncio.Task | None = None
         self.groups = 0  # transactions written (for the tests)
 
@@ -53,6 +54,7 @@ class LineGroups:
         delay = RETRY_BASE_SECONDS
         while self._waiting:
             group, self._waiting = self._waiting, []
+            self._writing = group
             # A slot is only cancelled when its lines go back to pending anyway (the replica stops
             # and gives its lease back, or lost it): lines claimed for it are reset with the rest.
             wanted = sum(1 for _, wants, future in group if wants and not future.done())
@@ -69,13 +71,17 @@ class LineGroups:
             for _, wants, future in group:
                 if not future.done():
                     future.set_result(next(handed, None) if wants else None)
+            self._writing = []
 
     def close(self) -> asyncio.Task | None:
         """Stop writing (the replica stops or lost the batch): what is not written runs again where
         the batch goes next. The writer, cancelled (await it before giving the lease back)."""
-        for _, _, future in self._waiting:
+        # The slots of the group being written wait too: cancelling only the writer would leave them
+        # waiting for an answer that never comes.
+        for _, _, future in self._writing + self._waiting:
             future.cancel()
         self._waiting.clear()
+        self._writing = []
         if self._writer is not None:
             self._writer.cancel()
         return self._writer

@@ -48,12 +48,37 @@ def anthropic_line(row) -> bytes:
     elif row.outcome == LINE_EXPIRED:
         result = {"type": "expired"}
     else:
-        error = orjson.loads(row.response) if row.response else None
-        if not (isinstance(error, dict) and error.get("type") == "error"):
-            message = orjson.loads(row.error).get("message") if row.error else "the request failed"
-            error = {"type": "error", "error": {"type": "api_error", "message": message}}
-        result = {"type": "errored", "error": error}
+        result = {"type": "errored", "error": _anthropic_error(row)}
     return orjson.dumps({"custom_id": row.custom_id, "result": result})
+
+
+# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors); others are api_error.
+_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                          404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                          529: "overloaded_error", 503: "overloaded_error"}
+
+
+def _anthropic_error(row) -> dict:
+    """An errored line's error in Anthropic's envelope, keeping what the engine or gateway said.
+
+    An answer already in Anthropic's envelope is kept whole; an OpenAI-shaped one
+    (``{"error": {"message"}}``, what vLLM's OpenAI routes answer) or a bare one gives its message
+    and a type from its status, so the result says why ("404: Not Found"), not just that it failed.
+    """
+    body = orjson.loads(row.response) if row.response else None
+    if isinstance(body, dict) and body.get("type") == "error" and isinstance(body.get("error"), dict):
+        return body
+    message = None
+    if row.error:
+        message = orjson.loads(row.error).get("message")
+    if message is None and isinstance(body, dict):
+        inner = body.get("error")
+        message = (inner.get("message") if isinstance(inner, dict) else inner) or body.get("message") \
+            or body.get("detail")
+    status = row.status_code
+    if not isinstance(message, str) or not message:
+        message = f"the request failed with status {status}" if status else "the request failed"
+    return {"type": "error", "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
 
 
 async def anthropic_results(store: BatchStore, batch_id: str) -> AsyncIterator[bytes]:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway with
 log = logging.getLogger("gateway.tracing")
 
 SHUTDOWN_SECONDS = 3.0
+MAX_EVENTS = 128  # a span's events: the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
 MAX_EXPORT_BATCH = 512
 # Requests not worth a trace: probes and scrapes, every few seconds from every prober.
 UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
@@ -43,8 +44,11 @@ class Tracing:
     """The gateway's tracer; ``begin`` makes a request's :class:`RequestTrace`."""
 
     def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions) -> None:
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util import BoundedList
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+        self._span, self._event, self._events = ReadableSpan, Event, BoundedList
         self.provider = provider
         self.processor = processor
         self.conventions = conventions
@@ -113,6 +117,21 @@ class Tracing:
         request.put(trace)
         request.add_response_header("x-trace-id", trace.trace_id)
         return trace
+
+    def finished(self, name: str, context, parent, kind: SpanKind, start: int, end: int, attributes: dict,
+                 events, status) -> None:
+        """A span of a request ended: the SDK's finished span, to the batch processor."""
+        self.processor.on_end(self._span(
+            name=name, context=context, parent=parent, resource=self.provider.resource, attributes=attributes,
+            events=events or (), kind=kind, status=status, start_time=start, end_time=end,
+            instrumentation_scope=self.scope))
+
+    def event(self, name: str, attributes: dict | None, when: int):
+        return self._event(name, attributes, when)
+
+    def events(self):
+        """A span's events, bounded as the SDK's own span bounds them (its default 128)."""
+        return self._events(MAX_EVENTS)
 
     def force_flush(self) -> None:
         self.processor.force_flush()

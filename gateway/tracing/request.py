@@ -30,14 +30,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
 
 UNSET = Status(StatusCode.UNSET)
-MAX_EVENTS = 128  # the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
 
 
 class Child:
@@ -69,7 +66,7 @@ class RequestTrace:
         self.name = name
         self.start = time.time_ns()
         self.attributes = attributes
-        self.events: BoundedList | None = None  # (made at the first event: most requests have none)
+        self.events = None  # the SDK's BoundedList of events, made at the first (most requests have none)
         self.status = UNSET
         self.trace_id = format(trace_id, "032x")
         self.operation: str | None = None
@@ -246,18 +243,15 @@ class RequestTrace:
         if status >= 500:
             self.status = Status(StatusCode.ERROR)
             attributes["error.type"] = str(status)
-        tracing = self.tracing
-        tracing.processor.on_end(ReadableSpan(
-            name=self.name, context=self.context, parent=self.parent, resource=tracing.provider.resource,
-            attributes=attributes, events=self.events or (), kind=SpanKind.SERVER, status=self.status,
-            start_time=self.start, end_time=time.time_ns(), instrumentation_scope=tracing.scope))
+        self.tracing.finished(self.name, self.context, self.parent, SpanKind.SERVER, self.start, time.time_ns(),
+                              attributes, self.events, self.status)
 
     def _event(self, name: str, attributes: dict[str, Any] | None, when: int | None = None) -> None:
         """An event on the server span; past the SDK's default 128 (a long session's store flushes),
         the oldest are dropped and counted, as the SDK's span does."""
         if self.events is None:
-            self.events = BoundedList(MAX_EVENTS)
-        self.events.append(Event(name, attributes, when or time.time_ns()))
+            self.events = self.tracing.events()
+        self.events.append(self.tracing.event(name, attributes, when or time.time_ns()))
 
     # --- the child spans -------------------------------------------------------------------
     def _child(self, name: str, kind: SpanKind, start: int, attributes: dict[str, Any]) -> Child:
@@ -272,13 +266,9 @@ class RequestTrace:
         """``child`` ended at ``end``: to the batch processor (when this trace is sampled)."""
         if not self.sampled:
             return
-        tracing = self.tracing
-        tracing.processor.on_end(ReadableSpan(
-            name=child.name, context=SpanContext(self.trace_id_value, child.span_id, False, self.flags,
-                                                 self.trace_state),
-            parent=self.context, resource=tracing.provider.resource, attributes=child.attributes,
-            kind=child.kind, status=child.status, start_time=child.start, end_time=end,
-            instrumentation_scope=tracing.scope))
+        context = SpanContext(self.trace_id_value, child.span_id, False, self.flags, self.trace_state)
+        self.tracing.finished(child.name, context, self.context, child.kind, child.start, end, child.attributes,
+                              None, child.status)
 
 
 def _receipt(engine, router) -> dict[str, Any]:

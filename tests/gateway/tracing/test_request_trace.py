@@ -16,8 +16,7 @@ from yarl import URL
 
 from gateway.config import Settings
 from gateway.http.context import RequestContext
-from gateway.tracing.provider import Tracing
-from gateway.tracing.request import MAX_EVENTS
+from gateway.tracing.provider import MAX_EVENTS, Tracing
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"

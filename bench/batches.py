@@ -12,8 +12,12 @@
    from ``POST /v1/batches`` to ``completed`` as the client sees it (validation and the output
    file included): lines/s, its ratio to direct, the gateway's CPU seconds per line;
 3. *interactive TTFT*: 4 concurrent streamed chats (the interactive load) for ``--window``
-   seconds alone, then while a batch runs, then alone again, ``--rounds`` times: TTFT p50 with
-   the batch over the mean of the two runs without it in the same round.
+   seconds alone, then while a batch runs on one gateway, alone, while a batch runs on the other,
+   alone, ``--rounds`` times (the order alternating): each TTFT p50 with the batch over the mean
+   of the two runs without it around it, and the batch's lines/s meanwhile. The gateways are the
+   same but for ``FLOW_YIELD`` (the batch band yielding to live traffic,
+   ``gateway/flow/yielding.py``): before and after in one run; ``--floors 1,4`` adds a gateway
+   per other ``FLOW_YIELD_FLOOR``.
 
 **Fake engine** (``bench/fake_upstream.py``, no generation delay): the gateway's own overhead, a
 batch of ``--lines`` lines at ``BATCH_CONCURRENCY`` 32 against the same requests sent directly
@@ -145,36 +149,58 @@ async def interactive(base_url: str, model: str, window: float, headers: dict) -
     return ttfts
 
 
-async def ttft_rounds(gateway: ServerProcess, model: str, *, lines: int, tokens: int, rounds: int,
+async def with_batch(gateway: ServerProcess, model: str, *, lines: int, tokens: int, window: float,
+                     headers: dict) -> tuple[list[float], bool, float]:
+    """The interactive load through ``gateway`` while a batch of ``lines`` runs there (then cancelled): its
+    TTFTs, whether the batch still ran at the end, and the batch's lines per second meanwhile."""
+    async with openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key=KEY, max_retries=2) as client:
+        batch_id = await submit(client, model, lines, tokens)
+        await until_status(client, batch_id, ("in_progress",))
+        first = (await client.batches.retrieve(batch_id)).request_counts
+        during = await interactive(gateway.base_url, model, window, headers)
+        batch = await client.batches.retrieve(batch_id)
+        running = batch.status
+        lines_done = batch.request_counts.completed - (first.completed if first else 0)
+        with contextlib.suppress(openai.ConflictError):  # (it may have completed meanwhile)
+            await client.batches.cancel(batch_id)
+        await until_status(client, batch_id, ("cancelled", "completed"))
+    return during, running == "in_progress", lines_done / window
+
+
+async def ttft_rounds(gateways: dict[str, ServerProcess], model: str, *, lines: int, tokens: int, rounds: int,
                       window: float) -> list[dict]:
+    """Per round: alone, then for each gateway a batch on it and alone again (the order of the gateways
+    reversed every other round); each with-batch p50 over the mean of the two alone p50s around it.
+    ``gateways``: the variants (FLOW_YIELD on and off, other floors), the same engine behind all."""
     headers = {"authorization": f"Bearer {KEY}"}
     found = []
-    async with openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key=KEY, max_retries=2) as client:
-        for _ in range(rounds):
-            before = await interactive(gateway.base_url, model, window, headers)
-            batch_id = await submit(client, model, lines, tokens)
-            await until_status(client, batch_id, ("in_progress",))
-            during = await interactive(gateway.base_url, model, window, headers)
-            running = (await client.batches.retrieve(batch_id)).status
-            with contextlib.suppress(openai.ConflictError):  # (it may have completed meanwhile)
-                await client.batches.cancel(batch_id)
-            await until_status(client, batch_id, ("cancelled", "completed"))
-            after = await interactive(gateway.base_url, model, window, headers)
-            alone = (statistics.median(before) + statistics.median(after)) / 2
-            found.append({"alone_p50_ms": alone * 1000, "with_batch_p50_ms": statistics.median(during) * 1000,
-                          "with_batch_p90_ms": percentile(during, 90) * 1000,
-                          "ratio": statistics.median(during) / alone,
-                          "batch_still_running_at_end": running == "in_progress",
-                          "samples": [len(before), len(during), len(after)]})
+    names = list(gateways)
+    for number in range(rounds):
+        order = names if number % 2 == 0 else names[::-1]
+        alone = [await interactive(gateways[order[0]].base_url, model, window, headers)]
+        row: dict = {"order": order}
+        for name in order:
+            during, running, rate = await with_batch(gateways[name], model, lines=lines, tokens=tokens, window=window,
+                                               headers=headers)
+            alone.append(await interactive(gateways[name].base_url, model, window, headers))
+            base = (statistics.median(alone[-2]) + statistics.median(alone[-1])) / 2
+            row[name] = {"alone_p50_ms": base * 1000, "with_batch_p50_ms": statistics.median(during) * 1000,
+                         "with_batch_p90_ms": percentile(during, 90) * 1000,
+                         "ratio": statistics.median(during) / base, "batch_still_running_at_end": running,
+                         "batch_lines_per_s": rate,
+                         "samples": [len(alone[-2]), len(during), len(alone[-1])]}
+        row["load_average"] = os.getloadavg()[0]
+        found.append(row)
     return found
 
 
-async def start_gateway(engine_url: str, tmp: Path, *, concurrency: int, engine_key: str = "") -> ServerProcess:
+async def start_gateway(engine_url: str, tmp: Path, *, concurrency: int, engine_key: str = "",
+                        extra: dict | None = None) -> ServerProcess:
     port = free_port()
     env = {"HOST": "127.0.0.1", "PORT": str(port), "API_KEYS": KEY, "ACCESS_LOG": "false", "LOG_LEVEL": "warning",
            "VLLM_BASE_URL": engine_url, "VLLM_API_KEY": engine_key, "FEATURES": "none", "SESSION_STORE": "off",
            "DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/gateway-{port}.db", "BATCH_CONCURRENCY": str(concurrency),
-           "MAX_INFLIGHT_PER_KEY": "4096", "ENGINE_POLL_INTERVAL": "1"}
+           "MAX_INFLIGHT_PER_KEY": "4096", "ENGINE_POLL_INTERVAL": "1"} | (extra or {})
     return await start_server(name=f"gateway-{port}", argv=[PYTHON, "-m", "gateway"], port=port, log_dir=tmp,
                               env=env, cores=frozenset({1}) if os.cpu_count() > 1 else None, health_path="/readyz",
                               startup_timeout=120)
@@ -196,13 +222,21 @@ async def real_engine(args, tmp: Path) -> dict:
                             headers={"authorization": f"Bearer {KEY}"})  # the same, as live requests through it
         again = await direct(engine_url, model, args.lines, args.tokens, best["concurrency"])  # bracket the drift
         direct_rate = (best["lines_per_s"] + again["lines_per_s"]) / 2
+        # The same gateway without the yield (FLOW_YIELD=false) beside it, and one per other floor asked
+        # for: before and after in one run.
+        variants = {"yield": gateway}
+        for name, extra in [("no_yield", {"FLOW_YIELD": "false"})] + \
+                [(f"floor_{floor}", {"FLOW_YIELD_FLOOR": str(floor)}) for floor in args.floors]:
+            variants[name] = await start_gateway(engine_url, tmp, concurrency=best["concurrency"], extra=extra)
+            stack.push_async_callback(stop_server, variants[name])
         # A batch of 3x the lines, so that it outlasts the interactive window (then it is cancelled).
-        ttft = await ttft_rounds(gateway, model, lines=3 * args.lines, tokens=args.tokens, rounds=args.rounds,
+        ttft = await ttft_rounds(variants, model, lines=3 * args.lines, tokens=args.tokens, rounds=args.rounds,
                                  window=args.window)
+    medians = {name: statistics.median(r[name]["ratio"] for r in ttft) for name in variants} if ttft else None
     return {"model": model, "direct": runs, "direct_again": again, "live_through_gateway": live,
             "best_concurrency": best["concurrency"],
             "batch_alone": alone, "batch_over_direct": alone["lines_per_s"] / direct_rate, "ttft": ttft,
-            "ttft_ratio_median": statistics.median(r["ratio"] for r in ttft) if ttft else None}
+            "ttft_ratio_median": medians}
 
 
 async def fake_engine(args, tmp: Path) -> dict:
@@ -237,10 +271,15 @@ def report(results: dict) -> str:
                 "ms per line",
                 f"- the same requests as live non-streamed requests through the gateway: "
                 f"{real['live_through_gateway']['lines_per_s']:.2f} lines/s", "",
-                "| round | TTFT p50 alone (ms) | with the batch (ms) | ratio |",
-                "|---:|---:|---:|---:|"]
-        out += [f"| {n + 1} | {r['alone_p50_ms']:.1f} | {r['with_batch_p50_ms']:.1f} | {r['ratio']:.2f} |"
-                for n, r in enumerate(real["ttft"])]
+                "| round | gateway | TTFT p50 alone (ms) | with the batch (ms) | p90 with it (ms) | ratio | "
+                "batch lines/s meanwhile | load average |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {n + 1} | {name} | {r[name]['alone_p50_ms']:.1f} | {r[name]['with_batch_p50_ms']:.1f} | "
+                f"{r[name]['with_batch_p90_ms']:.1f} | {r[name]['ratio']:.2f} | "
+                f"{r[name].get('batch_lines_per_s', 0):.1f} | {r['load_average']:.1f} |"
+                for n, r in enumerate(real["ttft"]) for name in r["order"]]
+        if real["ttft_ratio_median"]:
+            out += ["", "Median ratio: " + ", ".join(f"{name} **{value:.2f}**"
+                                                    for name, value in real["ttft_ratio_median"].items())]
     fake = results.get("fake")
     if fake:
         alone = fake["batch_alone"]
@@ -270,6 +309,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=lambda text: [int(v) for v in text.split(",")], default=[8, 16, 32])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=20.0, help="seconds of interactive load per phase")
+    parser.add_argument("--floors", type=lambda text: [int(v) for v in text.split(",") if v], default=[],
+                        help="FLOW_YIELD_FLOOR values to measure beside the default's (a gateway each)")
     parser.add_argument("--engine-url", default=None)
     parser.add_argument("--skip-engine", action="store_true")
     parser.add_argument("--skip-fake", action="store_true")

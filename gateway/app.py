@@ -245,7 +245,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
     register_shapes(shapes, app.raw_routes)
     routers = [engine_api.refusals(shapes), anthropic_paths(shapes),
                health_router(core, features=[*plugged, database, tenancy]),
-               sessions_router(sessions), codegen_router(core), admin_router(tenancy)]
+               sessions_router(sessions), codegen_router(core), admin_router(tenancy, relay.meter.end_users)]
     routers += jobs.routers(shapes) if jobs is not None else []
     routers += [feature.router for feature in plugged if feature.router is not None]
     routers.append(api_docs_router(title=app.title))

@@ -143,6 +143,12 @@ class Settings(BaseSettings):
     # engine was seen saturated (it also never waits inside an engine): an interactive request
     # then finds a slot instead of waiting for a batch generation to end. 0: none kept.
     flow_headroom_slots: int = Field(1, ge=0)
+    # While a higher band has a request in flight on an engine (or waiting for the model), the
+    # lowest band (batch) keeps at most FLOW_YIELD_FLOOR requests there, saturated or not
+    # (flow/yielding.py): interactive requests share a decode batch without the batch's lines.
+    # FLOW_YIELD=false: the lowest band keeps every slot the rules above give it.
+    flow_yield: bool = True
+    flow_yield_floor: int = Field(2, ge=1)
     # The engines' vLLM scheduling policy, as launch_vllm.sh's setting of the same name starts
     # them: with "priority" requests carry their band's ``priority`` (vLLM 0.32 ignores the field
     # under fcfs, so a wrong value here fails silently: set both from one variable).

@@ -15,7 +15,9 @@ batch owner's key, its principal as it is now (``callers``), id ``<batch id>-<li
    the batch's ``stop`` (a cancel, the window's end) ends that wait at once with ``LineStopped``:
    a line never reaches the engine once its batch stopped before it was admitted;
 3. leave from flow control in the ``batch`` band (``lane``): held while the engines are busy,
-   so batch lines take idle capacity and interactive traffic keeps its latency; a ``priority``
+   so batch lines take idle capacity and interactive traffic keeps its latency (and held to
+   ``FLOW_YIELD_FLOOR`` lines per engine while interactive requests run there); the batch's
+   ``stop`` takes a line waiting for its grant out of the queue at once (``LineStopped``); a ``priority``
    the line wrote is never relayed (the band's goes as ``X-Vllm-Priority`` when the engines run
    the priority scheduler, as for live requests);
 4. the engine call through the core's engine client (routing, failover before the first byte);
@@ -39,7 +41,7 @@ import orjson
 
 from gateway.batches.callers import LineCallers, OwnerKeyRefused
 from gateway.batches.lane import BatchLane
-from gateway.batches.model import MESSAGES_ENDPOINT, LineResult, LineRun
+from gateway.batches.model import MESSAGES_ENDPOINT, LineResult, LineRun, LineStopped
 from gateway.batches.usage import batch_route, usage_of
 from gateway.core import Core
 from gateway.engines.routing import RouteHints, openai_hints
@@ -59,10 +61,6 @@ PRIORITY_FIELD = "priority"  # vLLM's body field: the line's own is never relaye
 BODY_PRIORITY_ENDPOINTS = frozenset({"/v1/embeddings"})
 BUDGET_SPENT = "insufficient_quota"  # the request path's code for a refusal by a spent budget
 RATE_WAIT_MAX_SECONDS = 60.0  # a rate-limited line asks again after Retry-After, at most this much later
-
-
-class LineStopped(Exception):
-    """The line's batch was stopped (cancelled, expired) before the line was admitted: it never ran."""
 
 
 class LineExecutor(Protocol):
@@ -147,7 +145,7 @@ class RequestPathExecutor:
         answered = False
         try:
             grant = await self.lane.enter(model=model, owner=owner, body_bytes=len(body),
-                                          max_tokens=output_limit(payload), route=hints)
+                                          max_tokens=output_limit(payload), route=hints, stop=stop)
             # As a live request carries it: the grant follows a failover, and the engines running
             # vLLM's priority scheduler get the band's X-Vllm-Priority (every generating route).
             request.put(Queued(grant, self.lane.priority_header))

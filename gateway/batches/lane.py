@@ -14,6 +14,14 @@ request path's (``core.relay.flow``), so lines and live requests wait in one que
 ``FLOW_CONTROL`` off, a scheduler of the batch lines' own, over the same fleet and router. A refusal by the queue
 (its timeout, a full queue) is not the line's result: the line waits again, so a batch only
 ever slows down under interactive load, it never fails because of it.
+
+While interactive (any higher band's) requests run on an engine, the scheduler holds the batch
+band there to ``FLOW_YIELD_FLOOR`` lines (``gateway.flow.yielding``): the rest of the lane's lines
+wait in the queue here and go as soon as the interactive traffic is gone.
+
+A line waiting here is the batch's to stop: its ``stop`` (a cancel, the window's end) takes it out
+of the queue at once (``LineStopped``), as it ends a wait for a rate limit (``executor``); a grant
+given in the same instant is given back, so a stopped line never reaches the engine.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from gateway.batches.model import LineStopped
 from gateway.config import Settings
 from gateway.core import Core
 from gateway.engines.routing import RouteHints
@@ -62,18 +71,58 @@ class BatchLane:
         return cls(flow, core.settings, owned=True)
 
     async def enter(self, *, model: str, owner: str, body_bytes: int, max_tokens: object,
-                    route: RouteHints | None) -> Grant:
-        """Leave to send one line (release it with the tokens served when the line ends)."""
+                    route: RouteHints | None, stop: asyncio.Event | None = None) -> Grant:
+        """Leave to send one line (release it with the tokens served when the line ends);
+        ``LineStopped`` as soon as ``stop`` is set (the batch was cancelled or expired)."""
         demand = Demand(model=model, key_id=owner, band=self.band, tokens=estimated_tokens(body_bytes, max_tokens),
                         route=route)
         while True:
             try:
-                return await self.flow.acquire(demand)
+                return await self._until_stopped(self.flow.acquire(demand), stop)
             except QueueRefused as refused:  # (a stopping gateway cancels the line's task meanwhile)
                 self.refusals += 1
-                await self._pause(REFUSED_PAUSE_SECONDS * max(1, min(refused.retry_after, 10)))
+                await self._until_stopped(self._pause(REFUSED_PAUSE_SECONDS * max(1, min(refused.retry_after, 10))),
+                                          stop)
+
+    @staticmethod
+    async def _until_stopped(awaitable, stop: asyncio.Event | None):
+        """``awaitable``'s result, unless ``stop`` is set first: then it is cancelled (a queued wait leaves
+        the queue; a grant it got meanwhile is released) and ``LineStopped`` raised."""
+        if stop is None:
+            return await awaitable
+        if stop.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started
+            raise LineStopped
+        work = asyncio.ensure_future(awaitable)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((work, stopping), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the line's own task (a stopping gateway): nothing kept
+            await _ended(work, stopping)
+            _give_back(work)
+            raise
+        await _ended(work, stopping)
+        if not stop.is_set():
+            return work.result()  # a grant, the end of a pause, or the queue's refusal
+        _give_back(work)
+        raise LineStopped
 
     def close(self) -> None:
         """The gateway stops: a scheduler of the lines' own refuses its waiters (a shared one is its owner's)."""
         if self.owned:
             self.flow.close()
+
+
+async def _ended(work: asyncio.Future, stopping: asyncio.Future) -> None:
+    """Both done: the one still waiting is cancelled, and awaited so that a queued wait has left the queue."""
+    stopping.cancel()
+    work.cancel()  # (nothing when it is done)
+    await asyncio.wait((work, stopping))
+
+
+def _give_back(work: asyncio.Future) -> None:
+    """A grant given in the same instant as the stop (or the cancel): released unused (the line never goes);
+    a refusal given then is dropped (retrieved, nobody to tell)."""
+    if not work.cancelled() and work.exception() is None and isinstance(work.result(), Grant):
+        work.result().release(0)

@@ -26,6 +26,10 @@ SUCCEEDED, ERRORED, LINE_CANCELLED, LINE_EXPIRED = "succeeded", "errored", "canc
 OPENAI, ANTHROPIC = "openai", "anthropic"
 
 
+class LineStopped(Exception):
+    """The line's batch was stopped (cancelled, expired) before the line reached the engine: it never ran."""
+
+
 @dataclass
 class BatchRecord:
     id: str

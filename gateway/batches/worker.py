@@ -11,7 +11,8 @@ out (a replica died: its batches are taken over), and moves each of its batches 
   in groups, one transaction each: ``groups``); past the completion window the lines not
   started expire;
 - ``cancelling``: lines not started are cancelled, running ones finish; lines waiting for their
-  key's rate limit are woken and end cancelled (they never reached the engine), as at expiry;
+  key's rate limit or for their flow-control grant are woken and end cancelled (they never
+  reached the engine; the grant's wait leaves the queue at once), as at expiry;
 - a key revoked or expired (``callers.OwnerKeyRefused``, seen as a line starts or retries a
   rate limit): the batch ends ``failed`` (``errors``: ``invalid_api_key``), every line not
   started and every waiting line an error line (401, ``invalid_api_key``); lines already at
@@ -36,7 +37,7 @@ import orjson
 
 from gateway.batches import results
 from gateway.batches.callers import OwnerKeyRefused
-from gateway.batches.executor import LineExecutor, LineStopped, error_body
+from gateway.batches.executor import LineExecutor, error_body
 from gateway.batches.groups import LineGroups
 from gateway.batches.model import (
     CANCELLING,
@@ -55,6 +56,7 @@ from gateway.batches.model import (
     Finished,
     LineResult,
     LineRun,
+    LineStopped,
 )
 from gateway.batches.store import BatchStore
 from gateway.batches.usage import usage_of

@@ -60,12 +60,22 @@ class EngineView(Protocol):
 class EngineSlots:
     """The flow's own bookkeeping for one engine."""
 
-    __slots__ = ("held", "concurrency", "seen_scrape")
+    __slots__ = ("held", "lowest", "higher", "concurrency", "seen_scrape")
 
     def __init__(self) -> None:
         self.held = 0                        # grants on this engine not yet released
+        self.lowest = 0                      # of them, the lowest band's (yielding.py)
+        self.higher = 0                      # and the other bands'
         self.concurrency: int | None = None  # learned; None: never seen saturated
         self.seen_scrape = -1.0
+
+    def count(self, lowest: bool, step: int) -> None:
+        """A grant of the lowest band (or of a higher one) came (``step`` 1) or went (-1)."""
+        self.held += step
+        if lowest:
+            self.lowest += step
+        else:
+            self.higher += step
 
     def learn(self, engine: EngineView) -> None:
         """Fold in the engine's latest scrape, once per scrape."""

@@ -51,7 +51,8 @@ class FlowControl:
             max_queued=settings.flow_queue_max, max_queued_per_key=settings.flow_queue_max_per_key,
             queue_timeout=settings.flow_queue_timeout_seconds, aging=settings.flow_aging_seconds,
             engine_max_waiting=settings.flow_engine_max_waiting, metrics=metrics, caps=caps,
-            headroom=settings.flow_headroom_slots),
+            headroom=settings.flow_headroom_slots,
+            yield_floor=settings.flow_yield_floor if settings.flow_yield else None),
             scheduling_policy=settings.engine_scheduling_policy)
 
     async def acquire(self, demand: Demand) -> Grant:

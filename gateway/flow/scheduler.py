@@ -7,6 +7,10 @@ Otherwise it queues, and is dispatched by the next event that frees what it need
 release (its slot, its key's and team's), a scrape or an engine coming back
 (``capacity_changed``). Nothing polls.
 
+The lowest band has less room on an engine than the others: the headroom once the engine was
+seen saturated (``capacity``), and while a higher band is active there at most
+``FLOW_YIELD_FLOOR`` of its requests (``yielding``).
+
 Order when a slot frees (per model):
 
 A key at its ``max_concurrency`` or at ``MAX_INFLIGHT_PER_KEY``, a team at its
@@ -47,6 +51,7 @@ from gateway.flow.caps import InflightCaps
 from gateway.flow.demand import Demand, Grant
 from gateway.flow.errors import QueueRefused
 from gateway.flow.queue import CANCELLED, GRANTED, QUEUED, REFUSED, BandQueue, ModelQueue, Waiter
+from gateway.flow.yielding import lowest_band_room
 
 Picker = Callable[[Demand, Collection[Any]], Any]
 RETRY_AFTER_MAX = 60
@@ -56,7 +61,7 @@ class Scheduler:
     def __init__(self, bands: Bands, *, engines: Callable[[], Iterable[EngineView]], pick: Picker,
                  max_queued: int, max_queued_per_key: int, queue_timeout: float, aging: float,
                  engine_max_waiting: int, clock: Callable[[], float] = time.monotonic, metrics=None,
-                 caps: InflightCaps | None = None, headroom: int = 0) -> None:
+                 caps: InflightCaps | None = None, headroom: int = 0, yield_floor: int | None = None) -> None:
         self.bands = bands
         self.caps = caps if caps is not None else InflightCaps()
         self.max_queued = max_queued
@@ -66,6 +71,9 @@ class Scheduler:
         self.engine_max_waiting = engine_max_waiting
         # The lowest band's reserve (capacity.py): kept only when there is a band above it.
         self.headroom = headroom if len(bands.all) > 1 else 0
+        # The lowest band's grants per engine while a higher band is active there (yielding.py; None: off).
+        self.yield_floor = yield_floor if len(bands.all) > 1 else None
+        self._lowest_limited = bool(self.headroom) or self.yield_floor is not None
         self._lowest_rank = len(bands.all) - 1
         self.clock = clock
         self._engines = engines
@@ -88,7 +96,7 @@ class Scheduler:
         now = self.clock()
         queue = self._queues.get(demand.model) or self._queue(demand.model)
         if not queue.size and not self._held_back(demand) and not self._team_blocked(demand):
-            room, full, routable = self._room(demand.model, now, self._reserve(demand))
+            room, full, routable = self._room(queue, now, self._is_lowest(demand))
             if not routable:
                 return self._grant(queue, demand, None, 0.0, now)
             if room > 0:
@@ -106,7 +114,7 @@ class Scheduler:
         if demand.team_id is not None:
             _decrement(self._held_teams, demand.team_id)
         if grant.engine is not None:
-            self._engine_slots(grant.engine).held -= 1
+            self._engine_slots(grant.engine).count(self._is_lowest(demand), -1)
         fairness = self._queues[demand.model].bands[demand.band.rank].fairness
         if tokens is not None:
             fairness.correct(demand.tenant, tokens - demand.tokens, demand.weight)
@@ -114,10 +122,11 @@ class Scheduler:
         self.capacity_changed()
 
     def moved(self, grant: Grant, engine: Any) -> None:
+        lowest = self._is_lowest(grant.demand)
         if grant.engine is not None:
-            self._engine_slots(grant.engine).held -= 1
+            self._engine_slots(grant.engine).count(lowest, -1)
         if engine is not None:
-            self._engine_slots(engine).held += 1
+            self._engine_slots(engine).count(lowest, 1)
 
     def cancel(self, waiter: Waiter) -> None:
         """The client left while ``waiter`` was queued: out of the queue now; it held nothing."""
@@ -213,21 +222,28 @@ class Scheduler:
         limit = demand.team_limit
         return limit is not None and demand.team_id is not None and self._held_teams.get(demand.team_id, 0) >= limit
 
-    def _reserve(self, demand: Demand) -> int:
-        """The running slots ``demand`` must leave free: the headroom for the lowest band, else none."""
-        return self.headroom if demand.band.rank == self._lowest_rank else 0
+    def _is_lowest(self, demand: Demand) -> bool:
+        return demand.band.rank == self._lowest_rank
 
-    def _room(self, model: str, now: float, reserve: int = 0) -> tuple[float, list, bool]:
-        """Free slots for ``model``, its saturated engines, and whether any engine serving it is routable
-        (``reserve``: for a request of the lowest band, capacity.py)."""
+    def _room(self, queue: ModelQueue, now: float, lowest: bool = False) -> tuple[float, list, bool]:
+        """Free slots for the queue's model, its saturated engines, and whether any engine serving it is
+        routable (``lowest``: for a request of the lowest band: the headroom, capacity.py, and the yield to
+        the higher bands, yielding.py)."""
+        model = queue.model
         room = 0.0
         full: list = []
         routable = False
+        reserve = self.headroom if lowest else 0
+        higher_waiting = lowest and any(band.size for band in queue.bands[:self._lowest_rank])
         for engine in self._engines():
             if model not in engine.models or not engine.routable(now):
                 continue
             routable = True
-            free = self._engine_slots(engine).free(engine, self.engine_max_waiting, reserve)
+            slots = self._engine_slots(engine)
+            free = slots.free(engine, self.engine_max_waiting, reserve)
+            if lowest:
+                free = min(free, lowest_band_room(floor=self.yield_floor, lowest_held=slots.lowest,
+                                                  higher_held=slots.higher, higher_waiting=higher_waiting))
             if free > 0:
                 room += free
             else:
@@ -299,19 +315,19 @@ class Scheduler:
 
     def _dispatch(self, queue: ModelQueue, now: float) -> None:
         while queue.size:
-            room, full, routable = self._room(queue.model, now)
+            room, full, routable = self._room(queue, now)
             if routable and room <= 0:
                 return
             lowest_full, lowest_may_go = full, True
-            if self.headroom and queue.bands[self._lowest_rank].size:
-                lowest_room, lowest_full, _ = self._room(queue.model, now, self.headroom)
+            if self._lowest_limited and queue.bands[self._lowest_rank].size:
+                lowest_room, lowest_full, _ = self._room(queue, now, lowest=True)
                 lowest_may_go = not routable or lowest_room > 0
             waiter = self._select(queue, now, lowest_may_go)
             if waiter is None:
                 return
             engine = None
             if routable:
-                engine = self._pick(waiter.demand, lowest_full if self._reserve(waiter.demand) else full)
+                engine = self._pick(waiter.demand, lowest_full if self._is_lowest(waiter.demand) else full)
                 if engine is None:
                     return
             waited = now - waiter.enqueued_at
@@ -346,7 +362,7 @@ class Scheduler:
         if demand.team_id is not None:
             self._held_teams[demand.team_id] = self._held_teams.get(demand.team_id, 0) + 1
         if engine is not None:
-            self._engine_slots(engine).held += 1
+            self._engine_slots(engine).count(self._is_lowest(demand), 1)
         band = queue.bands[demand.band.rank]
         if not queued:
             band.fairness.join(demand.tenant, backlogged=False)

@@ -83,6 +83,20 @@ def band_error(problem: InvalidBand) -> GatewayError:
     return GatewayError(400, str(problem), param=problem.field, code="invalid_priority")
 
 
+class LeftQueue:
+    """Attached to a request whose client left while it waited in the queue: no engine was asked."""
+
+    __slots__ = ()
+
+
+LEFT_QUEUE = LeftQueue()
+
+
+def left_queue(request: RequestContext) -> bool:
+    """Whether ``request`` left the queue without a grant (its client gone): it never reached an engine."""
+    return request.get(LeftQueue) is not None
+
+
 class Queued:
     """What a granted request carries to the engine client: its grant and vLLM's priority header."""
 
@@ -133,6 +147,7 @@ async def acquire(flow: FlowControl | None, request: RequestContext, path: str, 
             trace.queued(chosen.name, "refused", time.perf_counter() - started, refusal.reason)
         raise refusal_error(refusal) from None
     except asyncio.CancelledError:  # its client left while it waited
+        request.put(LEFT_QUEUE)  # (its limits give back its request: relay.metering)
         if trace is not None:
             trace.queued(chosen.name, "left", time.perf_counter() - started)
         raise

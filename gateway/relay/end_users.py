@@ -12,7 +12,9 @@ Who the end user is, first found wins:
 The id is the caller's, opaque and possibly personal (an e-mail address): the limiter counts
 it under a label made the way key ids are made (``http.key_ids``: HMAC-SHA256 with the
 key-id secret, 16 hex digits), so Redis key names, logs and metrics never hold the id
-itself, and replicas sharing ``KEY_ID_SECRET`` agree on the label. An id longer than
+itself, and replicas sharing ``KEY_ID_SECRET`` agree on the label. The usage ledger records the
+same label (``relay.metering``), for every key that names an end user, whatever its limits, so
+``GET /admin/usage?group_by=user`` shows labels and ``?user=<id>`` finds one user's rows. An id longer than
 ``MAX_END_USER_CHARS`` is refused (400 naming the field); anything but a non-empty string is
 no end user (the engine validates the field's type itself).
 """
@@ -36,15 +38,23 @@ class EndUsers:
     def __init__(self, secret: bytes | None = None) -> None:
         self._secret = secret if secret is not None else process_secret()
 
-    def label(self, principal: Any, payload: dict | None, path: str) -> str | None:
-        """``principal``'s end user in its call of ``path`` (``payload``: the body, parsed), labelled; None: none."""
-        found = end_user_of(principal, payload, path)
+    def label(self, principal: Any, payload: dict | None, path: str, *, bounded: bool = True) -> str | None:
+        """``principal``'s end user in its call of ``path`` (``payload``: the body, parsed), labelled; None: none.
+
+        ``bounded`` False: an id over ``MAX_END_USER_CHARS`` is labelled too instead of refused (the
+        ledger's use: a request without end-user limits is never refused for its ``user``).
+        """
+        found = end_user_of(principal, payload, path, bounded=bounded)
         if found is None:
             return None
-        return key_id(hash_key(_DOMAIN + found), self._secret)
+        return self.label_of(found)
+
+    def label_of(self, end_user: str) -> str:
+        """The label of the end user ``end_user`` (what the limiter and the usage ledger keep)."""
+        return key_id(hash_key(_DOMAIN + end_user), self._secret)
 
 
-def end_user_of(principal: Any, payload: dict | None, path: str) -> str | None:
+def end_user_of(principal: Any, payload: dict | None, path: str, *, bounded: bool = True) -> str | None:
     """The end user's id as the caller gave it (see the module docstring for where it comes from)."""
     if getattr(principal, "is_end_user", False) and principal.subject:
         return principal.subject
@@ -57,7 +67,7 @@ def end_user_of(principal: Any, payload: dict | None, path: str) -> str | None:
         field, value = "user", payload.get("user")
     if not isinstance(value, str) or not value:
         return None
-    if len(value) > MAX_END_USER_CHARS:
+    if bounded and len(value) > MAX_END_USER_CHARS:
         raise GatewayError(400, f"{field} is longer than {MAX_END_USER_CHARS} characters: it names an end user "
                            "and is counted under that name", param=field, code="invalid_value")
     return value

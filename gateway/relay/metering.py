@@ -22,7 +22,8 @@ limiter itself.
   reservation (a request refused by the engine gives its tokens back; a stream cut or left
   without usage keeps what it consumed), the concurrency slot is freed, and the usage the
   client received goes to the ledger (prompt, completion, cached, reasoning tokens) under its
-  key, team, end user, model and route.
+  key, team, end user (its label, ``relay.end_users``: for every key, ``API_KEYS`` ones too),
+  model and route.
 
 A key without limits and without a models list costs one object per request and no parsing.
 """
@@ -30,6 +31,7 @@ A key without limits and without a models list costs one object per request and 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,9 @@ import orjson
 from gateway.failures import Failure, LimitReached, Unavailable
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
+from gateway.http.queueing import left_queue
 from gateway.relay.end_users import EndUsers
+from gateway.relay.refusals import reached_engine
 from gateway.tenancy.errors import LimiterUnavailable
 from gateway.tenancy.limits.demand import demand_for
 from gateway.tenancy.limits.estimate import Estimate, estimate
@@ -58,6 +62,8 @@ NO_OUTPUT_PATHS = frozenset({"/v1/embeddings", "/pooling", "/classify", "/v1/cla
 INFERENCE_PATHS = NO_OUTPUT_PATHS | {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
                                      "/v1/audio/transcriptions", "/v1/audio/translations"}
 EVENT_END = b"\n\n"
+# OpenAI's `user` or Anthropic's `user_id` as a member name (a message's role "user" is followed by no colon).
+_USER_FIELD = re.compile(rb'"user(?:_id)?"\s*:')
 
 
 class BudgetSpent(LimitReached):
@@ -99,9 +105,13 @@ class Meter:
             if models is not None:
                 self._check_model(est.model, models)
         metered = Metered(self, request, path, est)
-        if limited:
+        end_user = None
+        if limited and limits.end_user is not None:
             # Each end user within the key's limits (relay.end_users: a token's user, else the body's `user`).
-            end_user = self.end_users.label(principal, payload, path) if limits.end_user is not None else None
+            end_user = metered.end_user = self.end_users.label(principal, payload, path)
+        else:
+            metered.end_user = self._ledger_user(request, principal, payload, body, path)
+        if limited:
             demand = demand_for(key_id=principal.key_id, limits=limits, team=team, end_user=end_user,
                                 prompt_tokens=est.prompt_tokens, max_tokens=est.max_tokens,
                                 concurrency=not (queues and path in self.queued_paths))
@@ -118,6 +128,23 @@ class Meter:
                 metered.lowered = max(1, reservation.granted - est.prompt_tokens)
         request.put(metered)
         return metered
+
+    def _ledger_user(self, request: RequestContext, principal: Any, payload: dict | None, body: bytes | None,
+                     path: str) -> str | None:
+        """The end user's label for the ledger, for a key whose limits did not need it (None: names none).
+
+        Any key, an ``API_KEYS`` one too: the ledger records who the usage was for under the same
+        label as the limits (never the id). The body is parsed for it only when it has the field.
+        """
+        if getattr(principal, "is_end_user", False):
+            return self.end_users.label_of(principal.subject) if principal.subject else None
+        if payload is None:
+            payload = request.parsed(body)
+            if payload is None:
+                if not body or _USER_FIELD.search(body) is None:
+                    return None
+                payload = _parsed(body)
+        return self.end_users.label(principal, payload, path, bounded=False)
 
     def _check_model(self, model: str | None, models: tuple[str, ...]) -> None:
         if model is None:
@@ -151,7 +178,8 @@ class Metered:
 
     # It keeps the principal, not the request: the request holds it (``put``), and a reference back
     # would make every request a cycle that outlives it until a full collection.
-    __slots__ = ("meter", "principal", "key_id", "path", "estimate", "reservation", "lowered", "settled", "route")
+    __slots__ = ("meter", "principal", "key_id", "path", "estimate", "reservation", "lowered", "settled", "route",
+                 "end_user")
 
     def __init__(self, meter: Meter, request: RequestContext, path: str, est: Estimate | None) -> None:
         self.meter = meter
@@ -162,6 +190,7 @@ class Metered:
         self.reservation: Reservation | None = None
         self.lowered: int | None = None  # a non-streamed request's output limit, lowered to its grant
         self.settled = False
+        self.end_user: str | None = None  # the end user's label (relay.end_users), for the ledger
         route = request.route
         self.route = route.path if route is not None else (request.scope or {}).get("path", path)
 
@@ -190,12 +219,14 @@ class Metered:
         return False
 
     async def settle(self, usage: object = None, *, model: object = None, answered: bool = True,
-                     estimated: object = None) -> None:
+                     estimated: object = None, ran: bool = True) -> None:
         """The request ended: ``usage`` as the engine reported it (None: unknown), once.
 
         ``estimated``: what the ledger records when the engine reported none (a stream cut or
         left half-way: its content events). ``answered`` False: the engine refused or was never
-        reached (tokens given back, no ledger row).
+        reached (tokens given back, concurrency slot freed, no ledger row). ``ran`` False (with
+        ``answered`` False): no engine received it (the gateway's queue refused it, its client
+        left while it waited, no engine could be connected to): its request is given back too.
         """
         if self.settled:
             return
@@ -209,7 +240,7 @@ class Metered:
                 used = max(counts.total, 0)
             else:
                 used = None  # what the stream consumed (the prompt bound and the events)
-            await self.meter.limiter.settle(reservation, used)
+            await self.meter.limiter.settle(reservation, used, ran=answered or ran)
         if answered:
             self._record(counts if usage is not None else counts_of(estimated), model)
 
@@ -218,8 +249,7 @@ class Metered:
         if model is None and self.estimate is not None:
             model = self.estimate.model
         self.meter.ledger.record(
-            key_id=self.key_id, team_id=getattr(principal, "team_id", None),
-            end_user=principal.subject if getattr(principal, "is_end_user", False) else None,
+            key_id=self.key_id, team_id=getattr(principal, "team_id", None), end_user=self.end_user,
             model=model if isinstance(model, str) else "-", route=self.route, prompt_tokens=counts.prompt,
             completion_tokens=counts.completion, cached_tokens=counts.cached, reasoning_tokens=counts.reasoning)
 
@@ -278,8 +308,8 @@ class MeteredEngines:
             metered.lowered_payload(payload)
         try:
             answer = await self._engines.post_json(path, payload, request=request, **kwargs)
-        except BaseException:
-            await metered.settle(answered=False)
+        except BaseException as exc:
+            await metered.settle(answered=False, ran=reached_engine(exc))
             raise
         await metered.settle(answer.get("usage") if isinstance(answer, dict) else None,
                              model=answer.get("model") if isinstance(answer, dict) else payload.get("model"))
@@ -311,11 +341,16 @@ def metered_sink(sink: Any, request: RequestContext) -> Any:
 
 
 async def settle_call(request: RequestContext, usage: object = None, *, model: object = None,
-                      answered: bool = True, estimated: object = None) -> None:
-    """Settle the request's call (nothing when it was never admitted, or settled already)."""
+                      answered: bool = True, estimated: object = None, failure: BaseException | None = None) -> None:
+    """Settle the request's call (nothing when it was never admitted, or settled already).
+
+    ``answered`` False: ``failure`` (when known) and whether it left the queue without a grant
+    say whether an engine received it (``relay.refusals.reached_engine``).
+    """
     metered = request.get(Metered)
     if metered is not None:
-        await metered.settle(usage, model=model, answered=answered, estimated=estimated)
+        ran = answered or (reached_engine(failure) and not left_queue(request))
+        await metered.settle(usage, model=model, answered=answered, estimated=estimated, ran=ran)
 
 
 def visible_cards(meter: Meter | None, principal: Any, cards: list[dict]) -> list[dict]:

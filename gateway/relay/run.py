@@ -39,7 +39,7 @@ from gateway.relay.channel import ClientChannel
 from gateway.relay.dialect import StreamResult, StreamTracker
 from gateway.relay.metering import admit_call, metered_sink, settle_call
 from gateway.relay.pump import pump
-from gateway.relay.refusals import count_failure
+from gateway.relay.refusals import count_failure, count_refusal
 from gateway.relay.switch import Switches
 from gateway.tracing import hooks as tracing
 
@@ -201,7 +201,7 @@ class Run:
             channel.stop_watching()
         queueing.release(request)
         await self.sink.refused(error)
-        await settle_call(request, answered=False)
+        await settle_call(request, answered=False, failure=error)  # (no engine received it: its request too)
         if channel is not None and self._client_here and not channel.gone:
             await send_error(request.error_shape, error, channel.head_send)
         self._client_left()
@@ -218,8 +218,8 @@ class Run:
         ending = E.ending_of(call.dialect, completed=completed, stop_reason=self.stop_reason, failure=failure,
                              first_event=self.sink.first_event, run_id=self.request.request_id, model=call.model,
                              choices=call.choices)
-        if ending.how == "error" and self.stop_reason is None:
-            relay.metrics.upstream_errors.labels("stream_broken").inc()
+        if ending.how == "error" and self.stop_reason is None and not count_refusal(relay.metrics, failure):
+            relay.metrics.upstream_errors.labels("stream_broken").inc()  # (a budget cut is the gateway's refusal)
         if self.channel is not None and self._client_here and not self.channel.started and ending.events:
             await self._start_client()  # stopped before the head went out, the client still there: tell it
         written = await self.sink.finish(ending)
@@ -234,7 +234,10 @@ class Run:
         tracing.stream_ended(self.request, result, call, relay.metrics.genai)
         relay.metrics.count_usage(self.request.key_id, result.counted_usage())
         queueing.release(self.request, result.counted_usage())
-        await settle_call(self.request, result.usage, model=call.model, estimated=result.counted_usage())
+        if self.stream is None:  # stopped before its engine stream opened (its client left while it was queued)
+            await settle_call(self.request, answered=False)
+        else:
+            await settle_call(self.request, result.usage, model=call.model, estimated=result.counted_usage())
         if call.on_complete is not None:
             await _hook(call.on_complete, result, self.request)
 

@@ -70,6 +70,7 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
         raise
     except Failure as error:
         count_failure(metrics, error)  # (the queue's refusals are the gateway's, not the engine's)
+        await settle_call(request, answered=False, failure=error)  # (no engine received it: its request too)
         await send_error(request.error_shape, error, request.send)
         return
     finally:

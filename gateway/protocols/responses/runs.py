@@ -171,10 +171,10 @@ class ResponseRuns:
                 raise await stream.refusal()
             record = request.record(owner, self.retention, status="queued", body=orjson.dumps(request.queued_object()))
             await _saved(self.records.save_response(record))
-        except BaseException:
+        except BaseException as exc:
             leave()
             queueing.release(ctx)
-            await settle_call(ctx, answered=False)
+            await settle_call(ctx, answered=False, failure=exc)
             if stream is not None:
                 stream.close()
             raise

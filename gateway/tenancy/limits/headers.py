@@ -30,15 +30,23 @@ def retry_after(seconds: float | None) -> str | None:
     return None if seconds is None else str(max(1, math.ceil(seconds)))
 
 
+# OpenAI's header names, encoded once (the headers go on every answer of a limited key).
+_OPENAI_NAMES = {kind: (f"x-ratelimit-limit-{kind}".encode(), f"x-ratelimit-remaining-{kind}".encode(),
+                        f"x-ratelimit-reset-{kind}".encode()) for kind in ("requests", "tokens")}
+
+
 def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
-    headers: list[tuple[str, str]] = []
-    for kind, limit, remaining, reset in (("requests", rate.requests_limit, rate.requests_remaining,
+    headers: list[tuple[bytes, bytes]] = []
+    for names, limit, remaining, reset in ((_OPENAI_NAMES["requests"], rate.requests_limit, rate.requests_remaining,
                                             rate.requests_reset),
-                                           ("tokens", rate.tokens_limit, rate.tokens_remaining, rate.tokens_reset)):
+                                           (_OPENAI_NAMES["tokens"], rate.tokens_limit, rate.tokens_remaining,
+                                            rate.tokens_reset)):
         if limit is not None:
-            headers += [(f"x-ratelimit-limit-{kind}", str(limit)), (f"x-ratelimit-remaining-{kind}", str(remaining)),
-                        (f"x-ratelimit-reset-{kind}", duration(reset or 0.0))]
-    return _encoded(headers + _budget(rate))
+            headers += ((names[0], b"%d" % limit), (names[1], b"%d" % remaining),
+                        (names[2], duration(reset or 0.0).encode()))
+    if rate.budget_limit is not None:
+        headers += _encoded(_budget(rate))
+    return headers
 
 
 def anthropic_headers(rate: RateInfo, *, now: dt.datetime | None = None) -> list[tuple[bytes, bytes]]:

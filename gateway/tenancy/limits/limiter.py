@@ -10,8 +10,11 @@ Four calls per request (see docs/keys.md, "The request path"):
   budget is spent and the stream must be cut;
 - ``settle(reservation, used)`` once at the end: the engine's usage replaces the
   reservation (a failed request settles what it consumed, usually 0) and its concurrency
-  lease is released. On Redis it is sent without awaiting the reply (pipelined behind
-  whatever else is in flight): a request's end never waits on Redis for it.
+  lease is released; ``ran=False`` (the request never reached an engine: refused by the
+  gateway's queue, its client gone while it waited, no engine reachable) also gives back its
+  request in the ``rpm`` window, as OpenAI and Anthropic count only the requests they accept.
+  On Redis it is sent without awaiting the reply (pipelined behind whatever else is in
+  flight): a request's end never waits on Redis for it.
 
 A demand with no limit in any scope costs no I/O at all. Redis down: every call is bounded
 by ``REDIS_TIMEOUT_SECONDS``; the first failure marks Redis down, and until a probe (every
@@ -100,20 +103,23 @@ class Limiter:
             self._went_down(exc)
             return 0
 
-    async def settle(self, reservation: Reservation, used: int | None = None) -> None:
-        """The request ended: ``used`` tokens (default: what ``consume`` counted) replace the reservation."""
+    async def settle(self, reservation: Reservation, used: int | None = None, *, ran: bool = True) -> None:
+        """The request ended: ``used`` tokens (default: what ``consume`` counted) replace the reservation.
+
+        ``ran`` False: it never reached an engine; its request leaves the ``rpm`` window too.
+        """
         if reservation.settled:
             return
         reservation.settled = True
         used = reservation.used if used is None else used
         if reservation.backend == "local":
-            self.local.settle(reservation, used)
+            self.local.settle(reservation, used, ran=ran)
         elif reservation.backend == "redis":
             if self.redis_down:
                 self.lost_settlements += 1
                 return
             try:
-                self.redis.settle(reservation, used)  # type: ignore[union-attr]  # sent; its reply is not awaited
+                self.redis.settle(reservation, used, ran=ran)  # type: ignore[union-attr]  # sent; its reply is not awaited
             except RedisUnavailable as exc:
                 self.lost_settlements += 1
                 self._went_down(exc)

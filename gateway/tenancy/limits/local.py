@@ -151,14 +151,16 @@ class LocalLimits:
         reservation.granted += tokens
         return tokens
 
-    def settle(self, reservation: Reservation, used: int) -> None:
+    def settle(self, reservation: Reservation, used: int, *, ran: bool = True) -> None:
         now = self.clock()
-        self._charge(reservation, used - reservation.granted, now, renew=False)
+        self._charge(reservation, used - reservation.granted, now, renew=False, request=0 if ran else -1)
 
-    def _charge(self, reservation: Reservation, tokens: int, now: float, *, renew: bool) -> None:
+    def _charge(self, reservation: Reservation, tokens: int, now: float, *, renew: bool, request: int = 0) -> None:
         in_window = reservation.second >= int(now) - WINDOW_SECONDS + 1
         for scope in reservation.demand.scopes:
             limits, counters = scope.limits, self._counters(scope.name, now)
+            if request and limits.rpm is not None and in_window:
+                counters.rpm[reservation.second] = max(0, counters.rpm.get(reservation.second, 0) + request)
             if tokens and limits.tpm is not None and in_window:
                 counters.tpm[reservation.second] = max(0, counters.tpm.get(reservation.second, 0) + tokens)
             if tokens and limits.budget_tokens is not None:

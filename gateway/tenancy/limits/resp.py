@@ -3,8 +3,10 @@
 Why not redis-py: measured in one run on this machine (bench/limits.py's first version), a
 redis-py asyncio ``EVALSHA`` cost 51-75 us of the caller's CPU; this client, an
 ``asyncio.Protocol`` that writes each command at once and matches replies to a FIFO of
-futures (hiredis parses them), 14-30 us. Two calls per request (check-and-reserve, settle)
-decide whether the limiter stays under its 50 us budget. Concurrent callers share the
+futures (hiredis parses them), 14-30 us. The commands of one turn of the event loop (the
+check-and-reserves and settles of every request that reached that point meanwhile) are
+written together at its end, in one system call instead of one each (docs/keys.md, "Cost"). Two calls per request
+(check-and-reserve, settle) decide whether the limiter stays under its 50 us budget. Concurrent callers share the
 connection: their commands are pipelined, which Redis answers in order.
 
 What it needs and no more: ``redis://[:password@]host[:port][/db]`` (``rediss`` is refused:
@@ -52,6 +54,19 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
         self.watchdog: asyncio.TimerHandle | None = None
+        # The commands sent during this turn of the loop, written together at its end (in the order
+        # they were sent: the order of ``waiting``): one write (one system call) for many under load.
+        self.unsent: list[bytes] = []
+
+    def write_soon(self, command: bytes) -> None:
+        if not self.unsent:
+            self.loop.call_soon(self.flush)
+        self.unsent.append(command)
+
+    def flush(self) -> None:
+        if self.unsent and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.unsent))
+        self.unsent.clear()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -79,6 +94,7 @@ class _Protocol(asyncio.Protocol):
             self.watchdog.cancel()
             self.watchdog = None
         self.sent_at.clear()
+        self.unsent.clear()
         while self.waiting:
             future = self.waiting.popleft()
             if future is None:
@@ -117,7 +133,7 @@ class RedisClient:
         future = protocol.loop.create_future()
         protocol.waiting.append(future)
         protocol.sent_at.append(protocol.loop.time())
-        protocol.transport.write(command)  # type: ignore[union-attr]
+        protocol.write_soon(command)
         if protocol.watchdog is None:
             protocol.watchdog = protocol.loop.call_later(self.timeout, self._watch, protocol)
         return await future
@@ -125,14 +141,16 @@ class RedisClient:
     def send_nowait(self, command: bytes) -> None:
         """Send a command whose reply nobody awaits (it is read and dropped in turn); needs a connection.
 
-        A failed one (an error reply, or lost with the connection) is counted in ``failed_unawaited``.
+        Like every command, written at the end of the loop's current turn with the others sent
+        meanwhile. A failed one (an error reply, or lost with the connection) is counted in
+        ``failed_unawaited``.
         """
         protocol = self._protocol
         if protocol is None:
             raise RedisUnavailable("not connected to Redis")
         protocol.waiting.append(None)
         protocol.sent_at.append(protocol.loop.time())
-        protocol.transport.write(command)  # type: ignore[union-attr]
+        protocol.write_soon(command)
         if protocol.watchdog is None:
             protocol.watchdog = protocol.loop.call_later(self.timeout, self._watch, protocol)
 
@@ -224,5 +242,6 @@ class RedisClient:
     async def close(self) -> None:
         protocol, self._protocol = self._protocol, None
         if protocol is not None and protocol.transport is not None:
+            protocol.flush()  # (the settles of this last turn still go)
             protocol.fail(RedisUnavailable("the client was closed"))
             protocol.transport.close()

@@ -30,8 +30,10 @@ def hour_floor(moment: dt.datetime) -> dt.datetime:
 
 
 async def usage_report(engine: AsyncEngine, *, start: dt.datetime, end: dt.datetime, group_by: GroupBy,
-                       key_id: str | None = None, team_id: str | None = None) -> list[dict]:
-    """Sums per group over [start, end] (whole hours), optionally of one key or team; largest first."""
+                       key_id: str | None = None, team_id: str | None = None,
+                       end_user: str | None = None) -> list[dict]:
+    """Sums per group over [start, end] (whole hours), optionally of one key, team or end user (its label);
+    largest first."""
     column = COLUMNS[group_by]
     query = (sa.select(column.label("group"), *[sa.func.sum(getattr(usage.c, name)).label(name) for name in SUMS])
              .where(usage.c.hour >= hour_floor(start), usage.c.hour <= hour_floor(end))
@@ -40,6 +42,8 @@ async def usage_report(engine: AsyncEngine, *, start: dt.datetime, end: dt.datet
         query = query.where(usage.c.key_id == key_id)
     if team_id is not None:
         query = query.where(usage.c.team_id == team_id)
+    if end_user is not None:
+        query = query.where(usage.c.end_user == end_user)
     try:
         async with engine.connect() as db:
             rows = (await db.execute(query)).mappings().all()

@@ -27,7 +27,7 @@ def jobs_settings(tmp_path, fake_engine):
 async def jobs_ready(base_url: str, timeout: float = 60.0) -> None:
     """Wait until the gateway's database is migrated (the jobs routes answer 503 until then)."""
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=timeout) as client:
         while (await client.get(base_url + "/v1/files", headers={"authorization": f"Bearer {READ_KEY}"})
                ).status_code == 503:
             assert time.monotonic() < deadline, "the gateway's database was not migrated"
@@ -61,7 +61,9 @@ def chat_line(custom_id: str, model: str, content: str = "hi", max_tokens: int =
 
 
 async def admin(base_url: str, method: str, path: str, **kwargs) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {WRITE_KEY}"}) as client:
+    # (a generous hang guard: httpx's default 5 s read timeout failed a key creation at load average 25)
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {WRITE_KEY}"},
+                                 timeout=60) as client:
         return await client.request(method, path, **kwargs)
 
 

@@ -6,9 +6,12 @@ every status and refusal quickly, counting what reached the engine.
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 
 import anthropic
+import httpx
 import openai
 import orjson
 import pytest
@@ -135,6 +138,43 @@ async def test_cancel_stops_queued_lines_and_lets_running_ones_finish(jobs_setti
             done = await submit(client, [chat_line("x", "fake-model")])
             await wait_status(lambda: client.batches.retrieve(done.id), ("completed",))
             await client.batches.cancel(done.id)
+
+
+async def until_true(condition, what: str, timeout: float = 60.0) -> None:
+    """A hang guard around a condition on the gateway's or the fake engine's state."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not seen after {timeout}s"
+        await asyncio.sleep(0.02)
+
+
+async def test_cancel_takes_lines_waiting_for_flow_control_out_of_its_queue(jobs_settings, fake_engine):
+    """An interactive stream in flight holds the batch band to its floor (1 line at the engine), so
+    the batch's other lines wait in flow control's queue; the cancel empties it at once, without the
+    stream ending (before the fix they waited until a slot freed, or the queue's 30 s timeout)."""
+    fake_engine.hold, fake_engine.answer_hold = asyncio.Event(), asyncio.Event()
+    # (the queue's own timeout far beyond the hang guard: only the cancel can empty it in time)
+    settings = jobs_settings(batch_concurrency=4, flow_yield_floor=1, flow_queue_timeout_seconds=3600)
+    async with running_gateway(settings) as (base_url, app), \
+            httpx.AsyncClient(headers={"authorization": f"Bearer {READ_KEY}"}, timeout=120) as http:
+        await jobs_ready(base_url)
+        scheduler = app.state.gateway.relay.flow.scheduler
+        chat = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        stream = asyncio.create_task(http.post(f"{base_url}/v1/chat/completions", json=chat))
+        await until_true(lambda: fake_engine.streams_active == 1, "the interactive stream at the engine")
+        client = sdk(base_url)
+        batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(10)])
+        await until_true(lambda: len(fake_engine.received) == 2 and scheduler.queued() == 3,
+                         "one line at the engine and three waiting in the queue")
+        await client.batches.cancel(batch.id)
+        await until_true(lambda: scheduler.queued() == 0, "the queue emptied by the cancel")
+        assert fake_engine.streams_active == 1  # the stream still holds its grant: the cancel did it
+        fake_engine.answer_hold.set()  # the line at the engine finishes
+        batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("cancelled",))
+        fake_engine.hold.set()
+        assert (await stream).status_code == 200
+    assert batch.request_counts.completed == 1 and batch.request_counts.failed == 9
+    assert len(fake_engine.received) == 2  # the stream and the one line: no waiting line ever reached it
 
 
 async def test_a_batch_expires_at_its_window(jobs_settings, fake_engine):

@@ -83,6 +83,20 @@ async def test_a_failed_request_releases_its_tokens_but_still_counts_as_a_reques
     assert refused.value.reason == "rpm"
 
 
+async def test_a_request_that_never_ran_gives_back_its_request_its_tokens_and_its_slot(limiter):
+    """Settled with ``ran=False`` (the gateway's queue refused it, its client left while it waited, no
+    engine could be reached): nothing of it stays counted, in every scope."""
+    limits = Limits(rpm=1, tpm=50, max_concurrency=1)
+    team = TeamLimits(id="team_t", limits=Limits(rpm=1))
+    reservation = await limiter.admit(demand(limits, team=team, prompt=10, max_tokens=40))
+    with pytest.raises(RateLimited):
+        await limiter.admit(demand(limits, team=team, prompt=1, max_tokens=1))
+    await limiter.settle(reservation, 0, ran=False)
+    again = await limiter.admit(demand(limits, team=team, prompt=10, max_tokens=40))
+    assert again.granted == 50
+    assert (again.rate.requests_remaining, again.rate.tokens_remaining) == (0, 0)  # only this one counted
+
+
 async def test_concurrency_is_held_until_settled(limiter):
     limits = Limits(max_concurrency=2)
     first = await limiter.admit(demand(limits))

@@ -3,6 +3,11 @@
     python -m bench.instructions [--requests 40] [--concurrency 4] [--variants off sqlite]
                                  [--baseline-tree DIR] [--no-nginx] [--idle] [--out bench/results/instructions.md]
 
+A variant ``STORE+sampled`` (or ``+unsampled``) is that gateway with tracing on at ratio 1 (or 0),
+its spans exported to a sink in this process (bench.tracing's): the batch processor's timer is
+stretched too, so it exports when 512 spans have queued; with ``--requests 256`` (two spans a
+request) one such export falls inside each counted scenario, as it would every 256 requests.
+
 CPU time per request (bench.run) moves with whatever else the machine runs; the number of
 instructions a process executes for the same work does not. Each server under test (the bare
 aiohttp relay, nginx (bench/nginx.py, as one process: ``master_process off``), the gateway per
@@ -32,7 +37,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import aiohttp
@@ -41,6 +48,7 @@ from bench.machine import REPO_ROOT
 from bench.nginx import NAME as NGINX
 from bench.nginx import nginx_binary, render_config
 from bench.procs import PYTHON, free_port, start_fake_upstream, stop_server
+from bench.tracing import Sink
 
 API_KEY = "bench-key-not-a-secret"
 HEADERS = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
@@ -70,8 +78,9 @@ METRICS_INTERVAL = 1.0   # the default ENGINE_METRICS_INTERVAL
 
 
 def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | None,
-               slowdown: float = 50.0) -> dict[str, str]:
+               slowdown: float = 50.0, traces: str | None = None) -> dict[str, str]:
     variant, _, base = name.partition("@")
+    variant, _, traced = variant.partition("+")
     env = {**os.environ, "VLLM_BASE_URL": upstream, "HOST": "127.0.0.1", "PORT": str(port), "API_KEYS": API_KEY,
            "SESSION_STORE": variant if variant != "bare-relay" else "off", "ACCESS_LOG": "true",
            "DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/{name}-{port}.db",
@@ -84,6 +93,10 @@ def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | 
            "UPSTREAM_CONNECT_TIMEOUT": str(5.0 * slowdown)}
     if base:
         env["PYTHONPATH"] = str(baseline)
+    if traced:  # tracing on, exported to ``traces`` (bench.tracing's sink) by size, not by the clock
+        env.update({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces or "",
+                    "OTEL_TRACES_SAMPLER_ARG": "1" if traced == "sampled" else "0",
+                    "OTEL_BSP_SCHEDULE_DELAY": str(int(5000 * slowdown))})
     return env
 
 
@@ -186,13 +199,13 @@ def callgrind_total(dump: Path) -> int:
 
 
 async def measure(name: str, *, upstream: str, tmp: Path, baseline: Path | None, requests: int,
-                  concurrency: int, slowdown: float, idle: bool = False) -> dict:
+                  concurrency: int, slowdown: float, idle: bool = False, traces: str | None = None) -> dict:
     port = free_port()
     out = tmp / f"callgrind.{name.replace('@', '-')}"
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", "--dump-instr=no",
             *server_argv(name, port, upstream, tmp)]
     log = open(tmp / f"{name}.log", "wb")
-    env = server_env(name, port, upstream, tmp, baseline, slowdown)
+    env = server_env(name, port, upstream, tmp, baseline, slowdown, traces)
     process = subprocess.Popen(argv, cwd=str(REPO_ROOT) if name == "bare-relay" else str(tmp), env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=False)
     url = f"http://127.0.0.1:{port}"
@@ -281,6 +294,9 @@ async def main_async(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp_name:
         tmp = Path(tmp_name)
         upstream = await start_fake_upstream(log_dir=tmp, cores=None)
+        sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=sink.serve_forever, daemon=True).start()
+        traces = f"http://127.0.0.1:{sink.server_address[1]}/v1/traces"
         results = {}
         try:
             for name in names:
@@ -288,10 +304,11 @@ async def main_async(args: argparse.Namespace) -> None:
                 results[name] = await measure(name, upstream=upstream.base_url, tmp=tmp,
                                               baseline=args.baseline_tree, requests=args.requests,
                                               concurrency=args.concurrency, slowdown=args.slowdown,
-                                              idle=args.idle)
+                                              idle=args.idle, traces=traces)
                 print(f"  {results[name]}", flush=True)
         finally:
             await stop_server(upstream)
+            sink.shutdown()
     text = report(results, requests=args.requests, concurrency=args.concurrency)
     if args.baseline_tree is not None:
         text += f"\n`@base`: the gateway of `{args.baseline_tree}` (git {_head(args.baseline_tree)}).\n"

@@ -24,7 +24,7 @@ def trace_of(request) -> RequestTrace | None:
 def recorded(request) -> bool:
     """Whether ``request``'s spans are recorded (traced and sampled): worth reading more for."""
     trace = request.get(RequestTrace)
-    return trace is not None and trace.span.is_recording()
+    return trace is not None and trace.recording
 
 
 def trace_id(request) -> str | None:
@@ -79,7 +79,8 @@ def stream_started(request, call) -> None:
     trace = request.get(RequestTrace)
     if trace is not None:
         model = call.model if isinstance(call.model, str) else None
-        trace.generation(call.path, model, call.body, session_id=call.session_id, streamed=True)
+        data = request.parsed(call.body) if trace.recording else None  # the protocol's parse, when it kept one
+        trace.generation(call.path, model, call.body, data=data, session_id=call.session_id, streamed=True)
 
 
 def stream_ended(request, result, call, metrics: GenAIMetrics) -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace import SpanKind, TraceFlags, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.config import Settings
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway with
 log = logging.getLogger("gateway.tracing")
 
 SHUTDOWN_SECONDS = 3.0
+MAX_EVENTS = 128  # a span's events: the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
 MAX_EXPORT_BATCH = 512
 # Requests not worth a trace: probes and scrapes, every few seconds from every prober.
 UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
@@ -43,10 +44,18 @@ class Tracing:
     """The gateway's tracer; ``begin`` makes a request's :class:`RequestTrace`."""
 
     def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions) -> None:
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util import BoundedList
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self._span, self._event, self._events = ReadableSpan, Event, BoundedList
         self.provider = provider
         self.processor = processor
         self.conventions = conventions
-        self.tracer = provider.get_tracer("stack-gateway", schema_url=conventions.schema_url)
+        self.sampler = provider.sampler
+        self.ids = provider.id_generator
+        self.random_ids = self.ids.is_trace_id_random()
+        self.scope = InstrumentationScope("stack-gateway", schema_url=conventions.schema_url)  # = get_tracer's
 
     @classmethod
     def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
@@ -73,7 +82,12 @@ class Tracing:
         return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in))
 
     def begin(self, request, scope) -> RequestTrace | None:
-        """The server span of ``request`` (a ``RequestContext``), joined to the caller's ``traceparent``."""
+        """The server span of ``request`` (a ``RequestContext``), joined to the caller's ``traceparent``.
+
+        What the SDK's ``start_span`` decides, without its span: the trace id (the caller's, or a
+        new one from the provider's id generator), the provider's sampler's decision, the trace
+        flags (sampled; the trace id's randomness, W3C level 2), a span id.
+        """
         path = scope["path"]
         if path in UNTRACED_PATHS:
             return None
@@ -83,14 +97,41 @@ class Tracing:
                 if carrier is None:
                     carrier = {}
                 carrier[name.decode()] = value.decode("latin-1")
-        parent = _propagator.extract(carrier) if carrier is not None else None
+        context = parent = None
+        if carrier is not None:
+            context = _propagator.extract(carrier)
+            parent = get_current_span(context).get_span_context()
+            if not parent.is_valid:
+                parent = None
         method = scope["method"]
-        span = self.tracer.start_span(f"{method} {path}", context=parent, kind=SpanKind.SERVER, attributes={
-            "http.request.method": method, "url.path": path, "gateway.request_id": request.request_id})
-        trace = RequestTrace(self, span, set_span_in_context(span))
+        name = f"{method} {path}"
+        trace_id = parent.trace_id if parent is not None else self.ids.generate_trace_id()
+        decision = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER)
+        sampled = decision.decision.is_sampled()
+        random = parent.trace_flags.random_trace_id if parent is not None else self.random_ids
+        flags = TraceFlags((TraceFlags.SAMPLED if sampled else 0) | (TraceFlags.RANDOM_TRACE_ID if random else 0))
+        attributes = {"http.request.method": method, "url.path": path,
+                      "gateway.request_id": request.request_id} if sampled else {}
+        trace = RequestTrace(self, name, trace_id, self.ids.generate_span_id(), flags, decision.trace_state,
+                             parent, sampled, attributes)
         request.put(trace)
         request.add_response_header("x-trace-id", trace.trace_id)
         return trace
+
+    def finished(self, name: str, context, parent, kind: SpanKind, start: int, end: int, attributes: dict,
+                 events, status) -> None:
+        """A span of a request ended: the SDK's finished span, to the batch processor."""
+        self.processor.on_end(self._span(
+            name=name, context=context, parent=parent, resource=self.provider.resource, attributes=attributes,
+            events=events or (), kind=kind, status=status, start_time=start, end_time=end,
+            instrumentation_scope=self.scope))
+
+    def event(self, name: str, attributes: dict | None, when: int):
+        return self._event(name, attributes, when)
+
+    def events(self):
+        """A span's events, bounded as the SDK's own span bounds them (its default 128)."""
+        return self._events(MAX_EVENTS)
 
     def force_flush(self) -> None:
         self.processor.force_flush()
@@ -116,11 +157,11 @@ def otlp_exporter(settings: Settings) -> SpanExporter | None:
                             if settings.otel_exporter_otlp_headers is not None else "")
     timeout = settings.otel_exporter_otlp_timeout / 1000
     if settings.otel_exporter_otlp_protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        from gateway.tracing.otlp_grpc import GrpcExporter
         target = endpoint or base
         return GrpcExporter(endpoint=target, headers=headers, timeout=timeout,
                             insecure=target.startswith("http://"))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from gateway.tracing.otlp_http import HttpExporter
     if not endpoint:  # the signal's path is added to the base endpoint (the specification's rule)
         endpoint = base.rstrip("/") + "/v1/traces"
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=timeout)

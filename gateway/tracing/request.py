@@ -15,6 +15,14 @@ control's wait (``queued``: a ``queue`` child span when the request waited) and,
 session store's flushes of the request's events (``stored``: one event per flush) land here too.
 
 Never a prompt, a completion, a key or an end user's id.
+
+The spans are recorded as plain values (a name, times, a dict of attributes, a list of events)
+and become the SDK's ``ReadableSpan``s, handed to its batch processor, when they end: one SDK
+object per span. The SDK's live spans cost about 100 us per traced request here (two spans, 30
+attributes): each ``set_attribute(s)`` takes a lock and re-validates every value, each span a
+sampler call, a context, limits, locks. These values are the gateway's own (numbers and names
+it chose; text from a request is cut, e.g. an error message at 200 characters), under the SDK's
+default limit of 128 attributes a span. The sampler and the ids are still the provider's.
 """
 
 from __future__ import annotations
@@ -22,31 +30,51 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
 
+UNSET = Status(StatusCode.UNSET)
+
+
+class Child:
+    """A span under the server span (an engine call, a queue wait, a late store write) until it ends."""
+
+    __slots__ = ("name", "kind", "span_id", "start", "attributes", "status")
+
+    def __init__(self, name: str, kind: SpanKind, span_id: int, start: int, attributes: dict[str, Any]) -> None:
+        self.name, self.kind, self.span_id, self.start, self.attributes = name, kind, span_id, start, attributes
+        self.status = UNSET
+
 
 class RequestTrace:
-    __slots__ = ("tracing", "span", "context", "trace_id", "operation", "model", "call", "attempts", "retries",
-                 "opened_ns", "first_token")
+    __slots__ = ("tracing", "trace_id_value", "span_id", "flags", "trace_state", "parent", "context", "sampled",
+                 "recording", "name", "start", "attributes", "events", "status", "trace_id", "operation", "model",
+                 "call", "attempts", "retries", "first_token")
 
-    def __init__(self, tracing, span: Span, context) -> None:
+    def __init__(self, tracing, name: str, trace_id: int, span_id: int, flags: TraceFlags, trace_state,
+                 parent: SpanContext | None, sampled: bool, attributes: dict[str, Any]) -> None:
         self.tracing = tracing
-        self.span = span
-        self.context = context  # the server span as a parent
-        self.trace_id = format(span.get_span_context().trace_id, "032x")
+        self.trace_id_value = trace_id
+        self.span_id = span_id
+        self.flags = flags
+        self.trace_state = trace_state
+        self.parent = parent  # the caller's span (from its traceparent), if any
+        self.sampled = sampled  # recorded and exported
+        self.recording = sampled  # ... and not ended yet: what's learnt goes on the server span
+        self.context = SpanContext(trace_id, span_id, False, flags, trace_state) if sampled else None
+        self.name = name
+        self.start = time.time_ns()
+        self.attributes = attributes
+        self.events = None  # the SDK's BoundedList of events, made at the first (most requests have none)
+        self.status = UNSET
+        self.trace_id = format(trace_id, "032x")
         self.operation: str | None = None
         self.model: str | None = None
-        self.call: Span | None = None  # the engine call in progress
+        self.call: Child | None = None  # the engine call in progress
         self.attempts = 0
         self.retries = 0
-        self.opened_ns = 0
         self.first_token = False
-
-    @property
-    def recording(self) -> bool:
-        return self.span.is_recording()
 
     # --- what the protocol asked ----------------------------------------------------------
     def generation(self, path: str, model: str | None, body: bytes | None, *, data: dict | None = None,
@@ -57,24 +85,22 @@ class RequestTrace:
         if operation is None:
             return
         self.operation, self.model = operation, model
-        span = self.span
-        if not span.is_recording():
+        if not self.recording:
             return
-        span.update_name(f"{operation} {model}" if model else operation)
-        attributes = self.tracing.conventions.base(operation, model)
+        self.name = f"{operation} {model}" if model else operation
+        attributes = self.attributes
+        attributes.update(self.tracing.conventions.base(operation, model))
         attributes.update(request_attributes(data if data is not None else json_object(body)))
         if streamed:
             attributes["gen_ai.request.stream"] = True
         if session_id is not None:
             attributes["gateway.session.id"] = session_id
-        span.set_attributes(attributes)
 
     def caller(self, key_id: str, team_id: str | None) -> None:
-        if self.span.is_recording():
-            attributes = {"gateway.key_id": key_id}
+        if self.recording:
+            self.attributes["gateway.key_id"] = key_id
             if team_id is not None:
-                attributes["gateway.team_id"] = team_id
-            self.span.set_attributes(attributes)
+                self.attributes["gateway.team_id"] = team_id
 
     # --- before the engine: the queue, the store ----------------------------------------------
     def queued(self, band: str, outcome: str, seconds: float, refusal: str | None = None) -> None:
@@ -84,22 +110,20 @@ class RequestTrace:
         got through) also gets a ``queue`` child span spanning its wait, so it shows where the
         time went. One dispatched at once gets no span (nothing to see, and a span is the cost).
         """
-        span = self.span
-        if not span.is_recording():
+        if not self.recording:
             return
         attributes: dict[str, Any] = {"gateway.queue.band": band, "gateway.queue.outcome": outcome,
                                       "gateway.queue.wait_ms": int(seconds * 1000 + 0.5)}
         if refusal is not None:
             attributes["gateway.queue.refusal"] = refusal
-        span.set_attributes(attributes)
+        self.attributes.update(attributes)
         if seconds <= 0 and outcome == "dispatched":
             return
         end = time.time_ns()
-        wait = self.tracing.tracer.start_span("queue", context=self.context, kind=SpanKind.INTERNAL,
-                                              start_time=end - int(seconds * 1e9), attributes=attributes)
+        wait = self._child("queue", SpanKind.INTERNAL, end - int(seconds * 1e9), dict(attributes))
         if refusal is not None:
-            wait.set_status(Status(StatusCode.ERROR, refusal))
-        wait.end(end_time=end)
+            wait.status = Status(StatusCode.ERROR, refusal)
+        self._emit(wait, end)
 
     def stored(self, attributes: dict[str, Any], error: str | None) -> None:
         """One flush of the session store wrote this request's events: an event on the server span.
@@ -109,47 +133,38 @@ class RequestTrace:
         """
         if error is not None:
             attributes["error.type"] = error
-        span = self.span
-        if span.is_recording():
-            span.add_event("gateway.session.write", attributes)
+        if self.recording:
+            self._event("gateway.session.write", attributes)
             return
-        if not span.get_span_context().trace_flags.sampled:
+        if not self.sampled:
             return
         end = time.time_ns()
-        write = self.tracing.tracer.start_span("session.write", context=self.context, kind=SpanKind.INTERNAL,
-                                               start_time=end - int(attributes["gateway.session.write_ms"] * 1e6),
-                                               attributes=attributes)
+        write = self._child("session.write", SpanKind.INTERNAL,
+                            end - int(attributes["gateway.session.write_ms"] * 1e6), attributes)
         if error is not None:
-            write.set_status(Status(StatusCode.ERROR, error))
-        write.end(end_time=end)
+            write.status = Status(StatusCode.ERROR, error)
+        self._emit(write, end)
 
     # --- the engine calls ----------------------------------------------------------------
     def engine_call(self, engine, method: str, path: str, headers: dict[str, str], router=None) -> dict[str, str]:
         """A call to ``engine`` starts: its span, the routing receipt; the headers with ``traceparent``."""
         previous = self.call
         if previous is not None:  # the previous attempt failed without saying how, or its stream broke
-            _failed(previous, "abandoned", "another engine call followed")
+            self._failed(previous, "abandoned", "another engine call followed")
         self.attempts += 1
-        if not self.span.is_recording():  # not sampled: the engine gets the trace, no span is made
-            context = self.span.get_span_context()
-            headers = dict(headers)
-            headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-00"
+        headers = dict(headers)
+        if not self.recording:  # not sampled (or over): the engine gets the trace, no span is made
+            headers["traceparent"] = f"00-{self.trace_id}-{self.span_id:016x}-00"
             return headers
         operation = operation_of(path)
         name = f"{operation} {self.model}" if operation and self.model else f"{method} {path}"
-        attributes: dict[str, Any] = {}
-        if self.span.is_recording():
-            attributes = self.tracing.conventions.base(operation, self.model) if operation else {}
-            attributes.update(_receipt(engine, router))
-            attributes["gateway.engine.attempt"] = self.attempts
-        call = self.tracing.tracer.start_span(name, context=self.context, kind=SpanKind.CLIENT, attributes=attributes)
-        self.call = call
-        self.opened_ns = 0
-        context = call.get_span_context()
-        headers = dict(headers)
-        headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-        if context.trace_state:
-            headers["tracestate"] = context.trace_state.to_header()
+        attributes = self.tracing.conventions.base(operation, self.model) if operation else {}
+        attributes.update(_receipt(engine, router))
+        attributes["gateway.engine.attempt"] = self.attempts
+        call = self.call = self._child(name, SpanKind.CLIENT, time.time_ns(), attributes)
+        headers["traceparent"] = f"00-{self.trace_id}-{call.span_id:016x}-{self.flags:02x}"
+        if self.trace_state:
+            headers["tracestate"] = self.trace_state.to_header()
         return headers
 
     def engine_failed(self, kind: str, message: str) -> None:
@@ -159,41 +174,40 @@ class RequestTrace:
             return
         self.call = None
         self.retries += 1
-        _failed(call, kind, message)
-        if self.span.is_recording():
-            self.span.add_event("gateway.engine.failed", {"error.type": kind})
+        self._failed(call, kind, message)
+        if self.recording:
+            self._event("gateway.engine.failed", {"error.type": kind})
 
     def first_bytes(self) -> None:
         """The stream's first token arrived."""
-        if self.first_token or not self.span.is_recording():
+        if self.first_token or not self.recording:
             return
         self.first_token = True
-        self.span.add_event("gen_ai.first_token")
-        start = getattr(self.span, "start_time", None)
-        if start:
-            self.span.set_attribute("gen_ai.response.time_to_first_chunk", (time.time_ns() - start) / 1e9)
+        now = time.time_ns()
+        self._event("gen_ai.first_token", None, now)
+        self.attributes["gen_ai.response.time_to_first_chunk"] = (now - self.start) / 1e9
 
     def continuing(self, engine_id: str | None, cause: str) -> None:
         """The stream's engine broke: the run goes on elsewhere (its next engine call follows)."""
         call = self.call
         if call is not None:
             self.call = None
-            _failed(call, "stream_broken", cause)
-        if self.span.is_recording():
-            self.span.add_event("gateway.continuation", {"gateway.engine.from": engine_id or "none",
-                                                        "gateway.continuation.reason": cause[:200]})
+            self._failed(call, "stream_broken", cause)
+        if self.recording:
+            self._event("gateway.continuation", {"gateway.engine.from": engine_id or "none",
+                                                 "gateway.continuation.reason": cause[:200]})
 
     # --- what came back -------------------------------------------------------------------
     def answered(self, status: int, answer: bytes | None) -> None:
         """A non-streamed call's answer (its usage and finish reasons on both spans)."""
         attributes = {}
-        if answer is not None and status < 400 and self.span.is_recording():
+        if answer is not None and status < 400 and self.recording:
             attributes = response_attributes(self.tracing.conventions, answer)
         self._settle(attributes, error=None if status < 400 else f"http_{status}")
 
     def stream_ended(self, how: str, usage: dict | None, finish_reason: str | None, error: str | None) -> None:
         attributes: dict[str, Any] = {}
-        if self.span.is_recording():
+        if self.recording:
             attributes = self.tracing.conventions.usage(usage)
             if finish_reason is not None:
                 attributes["gen_ai.response.finish_reasons"] = [finish_reason]
@@ -205,36 +219,56 @@ class RequestTrace:
     def _settle(self, attributes: dict[str, Any], *, error: str | None) -> None:
         call, self.call = self.call, None
         if call is not None:
-            if attributes:
-                call.set_attributes(attributes)
+            call.attributes.update(attributes)
             if error is not None:
-                call.set_status(Status(StatusCode.ERROR, error[:200]))
-            call.end()
-        if attributes:
-            self.span.set_attributes(attributes)
+                call.status = Status(StatusCode.ERROR, error[:200])
+            self._emit(call, time.time_ns())
+        if attributes and self.recording:
+            self.attributes.update(attributes)
 
     def end(self, status: int) -> None:
-        """The request ended with ``status``."""
+        """The request ended with ``status``: the server span ends."""
         call, self.call = self.call, None
         if call is not None:
             if status >= 500:
-                _failed(call, f"http_{status}", "the request failed")
+                self._failed(call, f"http_{status}", "the request failed")
             else:
-                call.end()
-        span = self.span
-        if span.is_recording():
-            attributes = {"http.response.status_code": status, "gateway.engine.retries": self.retries}
-            if status >= 500:
-                span.set_status(Status(StatusCode.ERROR))
-                attributes["error.type"] = str(status)
-            span.set_attributes(attributes)
-        span.end()
+                self._emit(call, time.time_ns())
+        if not self.recording:
+            return
+        self.recording = False
+        attributes = self.attributes
+        attributes["http.response.status_code"] = status
+        attributes["gateway.engine.retries"] = self.retries
+        if status >= 500:
+            self.status = Status(StatusCode.ERROR)
+            attributes["error.type"] = str(status)
+        self.tracing.finished(self.name, self.context, self.parent, SpanKind.SERVER, self.start, time.time_ns(),
+                              attributes, self.events, self.status)
 
+    def _event(self, name: str, attributes: dict[str, Any] | None, when: int | None = None) -> None:
+        """An event on the server span; past the SDK's default 128 (a long session's store flushes),
+        the oldest are dropped and counted, as the SDK's span does."""
+        if self.events is None:
+            self.events = self.tracing.events()
+        self.events.append(self.tracing.event(name, attributes, when or time.time_ns()))
 
-def _failed(span: Span, kind: str, message: str) -> None:
-    span.set_attribute("error.type", kind)
-    span.set_status(Status(StatusCode.ERROR, message[:200]))
-    span.end()
+    # --- the child spans -------------------------------------------------------------------
+    def _child(self, name: str, kind: SpanKind, start: int, attributes: dict[str, Any]) -> Child:
+        return Child(name, kind, self.tracing.ids.generate_span_id(), start, attributes)
+
+    def _failed(self, child: Child, kind: str, message: str) -> None:
+        child.attributes["error.type"] = kind
+        child.status = Status(StatusCode.ERROR, message[:200])
+        self._emit(child, time.time_ns())
+
+    def _emit(self, child: Child, end: int) -> None:
+        """``child`` ended at ``end``: to the batch processor (when this trace is sampled)."""
+        if not self.sampled:
+            return
+        context = SpanContext(self.trace_id_value, child.span_id, False, self.flags, self.trace_state)
+        self.tracing.finished(child.name, context, self.context, child.kind, child.start, end, child.attributes,
+                              None, child.status)
 
 
 def _receipt(engine, router) -> dict[str, Any]:

@@ -87,8 +87,8 @@ class OpenAITracker:
                 self._previous = block
             return block
         if self._finish_reason and self._result.finish_reason is None:
-            self._note_finish(self._previous)
-            self._note_finish(block)  # (a finish in this read is the later one: it wins)
+            if not self._note_finish(block):  # (a finish in this read is the later one: it wins)
+                self._note_finish(self._previous)
             self._previous = b""
         # The stream's last events (or every event, with continuous usage stats): read one by
         # one from the first mark on. JSON escapes the quotes of a string, so '"usage":{'
@@ -135,18 +135,28 @@ class OpenAITracker:
                 self._read_choice(event)
         return kept
 
-    def _note_finish(self, block: bytes) -> None:
-        """Choice 0's finish reason, from the events of ``block`` that carry one (decoded only those)."""
-        if FINISH_FIELD not in block:
-            return
-        for event in split_events(block):
-            if FINISH_FIELD not in event:
-                continue
-            data = event_json(event)
+    def _note_finish(self, block: bytes) -> bool:
+        """Choice 0's last finish reason in ``block``, if any (whether found).
+
+        Searched from the end, one event at a time: the finish sits right before the usage
+        chunk, and a read may hold a whole coalesced stream (splitting it and searching each
+        of its events cost about 0.5 us an event: 130 us for 256 chunks in one read).
+        """
+        end = len(block)
+        while True:
+            at = block.rfind(FINISH_FIELD, 0, end)
+            if at < 0:
+                return False
+            start = block.rfind(SEPARATOR, 0, at)
+            start = start + len(SEPARATOR) if start >= 0 else 0
+            stop = block.find(SEPARATOR, at)
+            data = event_json(block[start:stop if stop >= 0 else len(block)])
             for choice in (data.get("choices") or ()) if data is not None else ():
                 if isinstance(choice, dict) and choice.get("index", 0) == 0 \
                         and isinstance(choice.get("finish_reason"), str):
                     self._result.finish_reason = choice["finish_reason"]
+                    return True
+            end = start
 
     def _read_choice(self, event: bytes) -> None:
         data = event_json(event)

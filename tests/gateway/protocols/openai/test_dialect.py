@@ -86,3 +86,12 @@ def test_a_traced_stream_reads_its_finish_reason_without_decoding_the_rest():
     for read in (block(running), block(running, first_ends), block(USAGE_ONLY), block(b"data: [DONE]")):
         apart.accept(read)
     assert apart.ended and apart.result().finish_reason == "length"
+    # A whole stream in one read (searched from its end): choice 0's finish, before another choice's.
+    whole = OpenAITracker(relay_usage=False, collect_text=False, finish_reason=True)
+    whole.accept(block(running, first_ends, quoting, second_ends, USAGE_ONLY, b"data: [DONE]"))
+    assert whole.ended and whole.result().finish_reason == "length"
+    # The last read ends only another choice: choice 0's end is in the read before.
+    before = OpenAITracker(relay_usage=False, collect_text=False, finish_reason=True)
+    for read in (block(running, first_ends), block(second_ends, USAGE_ONLY, b"data: [DONE]")):
+        before.accept(read)
+    assert before.ended and before.result().finish_reason == "length"

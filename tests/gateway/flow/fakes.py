@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.flow.bands import Bands
-from gateway.flow.demand import Demand
+from gateway.flow.demand import Demand, Grant
+from gateway.flow.queue import GRANTED, QUEUED, Waiter
 from gateway.flow.scheduler import Scheduler
 
 MODEL = "qwen3-embedded"
@@ -81,3 +82,18 @@ def make_scheduler(engines: list[FakeEngine], clock: Clock | None = None, *, met
 
 def demand(key: str = "k1", band=STANDARD, *, team: str | None = None, tokens: int = 100, **values) -> Demand:
     return Demand(model=values.pop("model", MODEL), key_id=key, band=band, team_id=team, tokens=tokens, **values)
+
+
+def granted(outcome) -> Grant:
+    """What ``Scheduler.offer`` gave, asserted to be a grant (at once, or a waiter granted since)."""
+    if isinstance(outcome, Waiter):
+        assert outcome.state == GRANTED, outcome
+        return outcome.outcome
+    assert isinstance(outcome, Grant), outcome
+    return outcome
+
+
+def queued(outcome) -> Waiter:
+    """What ``Scheduler.offer`` gave, asserted to be a waiter still in the queue."""
+    assert isinstance(outcome, Waiter) and outcome.state == QUEUED, outcome
+    return outcome

@@ -25,6 +25,7 @@ from gateway.tenancy.model import Limits, TeamLimits
 from tests.gateway.flow.fakes import BATCH, INTERACTIVE, Clock, FakeEngine, demand, make_scheduler
 from tests.support.bodies import chat_body
 from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
+from tests.support.queueing import hold_one, let_go, new_key, queued
 from tests.support.waiting import until
 
 CHAT = "/v1/chat/completions"
@@ -183,31 +184,6 @@ async def test_the_meter_leaves_max_concurrency_to_the_flow_only_for_calls_that_
 
 
 # --- through the app, in front of the fake engine -------------------------------------------------
-async def new_key(client, **body) -> str:
-    answer = await client.post("/admin/keys", json={"name": "app", **body}, headers=bearer(WRITE_KEY))
-    assert answer.status_code == 201, answer.text
-    return answer.json()["key"]
-
-
-async def hold_one(client, fake_engine, key: str) -> asyncio.Task:
-    """A request of ``key`` the fake engine never answers (until it is cancelled)."""
-    fake_engine.mode = "hang"
-    held = asyncio.create_task(client.post(CHAT, json=chat_body(), headers=bearer(key)))
-    await until(lambda: len(fake_engine.received) == 1, DEADLINE, what="the engine holding the first request")
-    fake_engine.mode = "ok"
-    return held
-
-
-async def queued(client, count: int) -> None:
-    scheduler = client.app.state.gateway.relay.flow.scheduler
-    await until(lambda: scheduler.queued() == count, DEADLINE, what=f"{count} requests queued")
-
-
-async def let_go(held: asyncio.Task) -> None:
-    held.cancel()
-    await asyncio.gather(held, return_exceptions=True)
-
-
 @pytest.mark.parametrize("cap", [{"max_inflight_per_key": 1}, {"max_inflight": 1}])
 async def test_a_request_over_an_in_flight_cap_waits_for_a_slot_instead_of_a_429(make_settings, fake_engine, cap):
     async with serving(make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], **cap)) as client:

@@ -22,23 +22,11 @@ from tests.gateway.flow.fakes import (
     Clock,
     FakeEngine,
     demand,
+    granted,
     make_scheduler,
+    queued,
     saturated_engine,
 )
-
-
-def granted(outcome) -> Grant:
-    if isinstance(outcome, Waiter):
-        assert outcome.state == GRANTED, outcome
-        return outcome.outcome
-    assert isinstance(outcome, Grant), outcome
-    return outcome
-
-
-def queued(outcome) -> Waiter:
-    assert isinstance(outcome, Waiter) and outcome.state == QUEUED, outcome
-    return outcome
-
 
 # --- capacity -----------------------------------------------------------------------------
 

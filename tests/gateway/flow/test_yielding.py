@@ -12,20 +12,17 @@ from gateway.flow.control import FlowControl
 from gateway.flow.demand import Grant
 from gateway.flow.queue import GRANTED, QUEUED, Waiter
 from gateway.flow.yielding import lowest_band_room
-from tests.gateway.flow.fakes import BATCH, INTERACTIVE, FakeEngine, Picks, demand, make_scheduler, saturated_engine
-
-
-def granted(outcome) -> Grant:
-    if isinstance(outcome, Waiter):
-        assert outcome.state == GRANTED, outcome
-        return outcome.outcome
-    assert isinstance(outcome, Grant), outcome
-    return outcome
-
-
-def queued(outcome) -> Waiter:
-    assert isinstance(outcome, Waiter) and outcome.state == QUEUED, outcome
-    return outcome
+from tests.gateway.flow.fakes import (
+    BATCH,
+    INTERACTIVE,
+    FakeEngine,
+    Picks,
+    demand,
+    granted,
+    make_scheduler,
+    queued,
+    saturated_engine,
+)
 
 
 def batch_lines(scheduler, count: int, start: int = 0) -> list:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from gateway.config import Settings
+from gateway.sessions.store.sqlite import SQLiteStore
 from tests.support.engine_gateway import EngineProbe
 from tests.support.fake_engine import settings_for
 from tests.support.gateway import running_gateway
@@ -41,3 +42,13 @@ async def probe(idle_vllm_engine) -> AsyncIterator[EngineProbe]:
     """The (idle) engine's metrics, for tests that watch what vLLM itself does."""
     async with httpx.AsyncClient(verify=False, timeout=10) as client:
         yield EngineProbe(idle_vllm_engine, client)
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path) -> AsyncIterator[SQLiteStore]:
+    """An open SQLite session store of its own file (one replica, "here"), closed after the test."""
+    store = SQLiteStore(f"sqlite+aiosqlite:///{tmp_path}/sessions.db", replica="here", lease_seconds=30,
+                        poll_interval=0.05)
+    await store.open()
+    yield store
+    await store.close()

@@ -10,21 +10,12 @@ import pytest
 
 from gateway.sessions.frames import pack
 from gateway.sessions.store.base import Batch, Chunk, NewGeneration
-from gateway.sessions.store.sqlite import SQLiteStore
-
-
-@pytest.fixture
-async def store(tmp_path):
-    store = SQLiteStore(f"sqlite+aiosqlite:///{tmp_path}/sessions.db", replica="here", lease_seconds=30,
-                        poll_interval=1)
-    await store.open()
-    yield store
-    await store.close()
 
 
 @pytest.mark.parametrize("statement", ["BEGIN", "COMMIT"])
-async def test_a_call_cancelled_while_its_begin_or_commit_is_on_the_way_leaves_the_store_writable(store, statement):
-    real = store._writer.execute
+async def test_a_call_cancelled_while_its_begin_or_commit_is_on_the_way_leaves_the_store_writable(
+        sqlite_store, statement):
+    real = sqlite_store._writer.execute
     sent = asyncio.Event()
 
     def execute(sql, *args):
@@ -38,28 +29,28 @@ async def test_a_call_cancelled_while_its_begin_or_commit_is_on_the_way_leaves_t
 
         return unanswered()
 
-    store._writer.execute = execute
-    call = asyncio.create_task(store.retire())
+    sqlite_store._writer.execute = execute
+    call = asyncio.create_task(sqlite_store.retire())
     async with asyncio.timeout(10):
         await sent.wait()
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    store._writer.execute = real
-    await store.retire()  # "cannot start a transaction within a transaction" before the fix
-    assert not store._writer.in_transaction
+    sqlite_store._writer.execute = real
+    await sqlite_store.retire()  # "cannot start a transaction within a transaction" before the fix
+    assert not sqlite_store._writer.in_transaction
 
 
-async def test_a_flush_meeting_another_connections_write_is_not_refused_with_database_is_locked(store):
+async def test_a_flush_meeting_another_connections_write_is_not_refused_with_database_is_locked(sqlite_store):
     """The file is shared: the usage ledger, batches and stored responses write to it on connections
     of their own. A flush used to open a deferred BEGIN and read first (its fencing SELECT); when
     another connection wrote before the flush's first write, SQLite refused that write at once with
     "database is locked" (a read snapshot cannot wait for the lock, nor write over a newer commit),
     and the events stayed unpersisted. Here the other connection tries to write exactly then."""
-    await store.claim(NewGeneration("owner", "s", 7, True))  # stored: the flush starts with its SELECT
-    other = sqlite3.connect(store.path, isolation_level=None, timeout=0)  # (0: never waits, nothing hangs)
+    await sqlite_store.claim(NewGeneration("owner", "s", 7, True))  # stored: the flush starts with its SELECT
+    other = sqlite3.connect(sqlite_store.path, isolation_level=None, timeout=0)  # (0: never waits, nothing hangs)
     other_wrote: list[bool] = []
-    real = store._writer.executemany
+    real = sqlite_store._writer.executemany
 
     def executemany(sql, rows):
         if sql.startswith("INSERT OR IGNORE INTO stream_chunks") and not other_wrote:
@@ -72,14 +63,14 @@ async def test_a_flush_meeting_another_connections_write_is_not_refused_with_dat
                 other_wrote.append(False)  # the flush holds the write lock: the other writer waits its turn
         return real(sql, rows)
 
-    store._writer.executemany = executemany
+    sqlite_store._writer.executemany = executemany
     event = b"id: s:0\ndata: {}\n\n"
     try:
         async with asyncio.timeout(30):
-            fenced = await store.write(Batch(chunks=[Chunk(7, 0, 0, pack(event))]))
+            fenced = await sqlite_store.write(Batch(chunks=[Chunk(7, 0, 0, pack(event))]))
             assert fenced == set()
-            assert await store.read_frames(7, 0) == [event]
+            assert await sqlite_store.read_frames(7, 0) == [event]
     finally:
-        store._writer.executemany = real
+        sqlite_store._writer.executemany = real
         other.close()
     assert other_wrote == [False]

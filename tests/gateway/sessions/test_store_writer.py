@@ -17,7 +17,6 @@ import pytest
 
 from gateway.protocols.openai.dialect import OPENAI
 from gateway.sessions.generation import Generation, SessionKey
-from gateway.sessions.store.sqlite import SQLiteStore
 from gateway.sessions.writer import StoreWriter
 from tests.support.bodies import stream_body as chat
 from tests.support.sse_client import fresh_client, read_stream
@@ -74,15 +73,6 @@ async def test_failed_writes_back_off_to_a_ceiling_pack_each_event_once_and_the_
     await writer.flush()  # (still dirty from the last failure)
     assert writer.retry_delay == 0.0 and writer.backlog_bytes == 0
     assert gen.log.persisted == 70 and [c.first_idx for c in written[0].chunks] == [0, 10, 20, 30, 40, 50, 60]
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path):
-    store = SQLiteStore(f"sqlite+aiosqlite:///{tmp_path}/sessions.db", replica="here", lease_seconds=30,
-                        poll_interval=0.05)
-    await store.open()
-    yield store
-    await store.close()
 
 
 async def test_held_events_are_bounded_and_the_store_copy_ends_explicitly_where_it_stops(sqlite_store):

@@ -17,6 +17,7 @@ import pytest
 from tests.support.bodies import chat_body, stream_body
 from tests.support.fake_engine import running_fake_engine, settings_for
 from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
+from tests.support.queueing import hold_one, let_go, new_key, queued
 from tests.support.waiting import until
 
 CHAT = "/v1/chat/completions"
@@ -30,31 +31,6 @@ def limiter_settings(request) -> dict:
     return {"redis_url": request.getfixturevalue("redis_url")} if request.param == "redis" else {}
 
 
-async def new_key(client, limits: dict) -> str:
-    answer = await client.post("/admin/keys", json={"name": "app", "limits": limits}, headers=ADMIN)
-    assert answer.status_code == 201, answer.text
-    return answer.json()["key"]
-
-
-async def hold_the_gateways_slot(client, fake_engine) -> asyncio.Task:
-    """A request (by a key without limits) the fake engine never answers: MAX_INFLIGHT=1 is then full."""
-    fake_engine.mode = "hang"
-    held = asyncio.create_task(client.post(CHAT, json=chat_body(), headers=bearer(READ_KEY)))
-    await until(lambda: len(fake_engine.received) == 1, DEADLINE, what="the engine holding the first request")
-    fake_engine.mode = "ok"
-    return held
-
-
-async def queued(client, count: int) -> None:
-    scheduler = client.app.state.gateway.relay.flow.scheduler
-    await until(lambda: scheduler.queued() == count, DEADLINE, what=f"{count} requests queued")
-
-
-async def let_go(task: asyncio.Task) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
 async def test_requests_that_left_the_queue_or_were_refused_by_it_keep_nothing_of_the_keys_limits(
         make_settings, fake_engine, limiter_settings, stream):
@@ -63,8 +39,8 @@ async def test_requests_that_left_the_queue_or_were_refused_by_it_keep_nothing_o
     body = stream_body(max_tokens=4) if stream else chat_body()
     limits = {"rpm": 2, "tpm": 10_000}
     async with serving(settings) as client:
-        key, untouched = await new_key(client, limits), await new_key(client, limits)
-        held = await hold_the_gateways_slot(client, fake_engine)
+        key, untouched = await new_key(client, limits=limits), await new_key(client, limits=limits)
+        held = await hold_one(client, fake_engine, READ_KEY)
         waiting = asyncio.create_task(client.post(CHAT, json=body, headers=bearer(key)))
         await queued(client, 1)
         refused = await client.post(CHAT, json=body, headers=bearer(key))  # the key's queue is full
@@ -98,7 +74,7 @@ async def test_a_request_no_engine_could_take_gives_back_its_request(make_settin
                                 api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300,
                                 **limiter_settings)
         async with serving(settings) as client:
-            key = await new_key(client, {"rpm": 1})
+            key = await new_key(client, limits={"rpm": 1})
             await engine.stop()  # (its port now refuses connections)
             answers = [await client.post(CHAT, json=body, headers=bearer(key))
                        for body in (chat_body(), stream_body(), chat_body(), stream_body())]
@@ -115,8 +91,8 @@ async def test_with_redis_a_request_that_left_the_queue_frees_its_concurrency_sl
     settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300, max_inflight=1,
                              redis_url=redis_url)
     async with serving(settings) as a, serving(settings) as b:
-        key = await new_key(a, {"max_concurrency": 1})
-        held = await hold_the_gateways_slot(a, fake_engine)
+        key = await new_key(a, limits={"max_concurrency": 1})
+        held = await hold_one(a, fake_engine, READ_KEY)
         waiting = asyncio.create_task(a.post(CHAT, json=chat_body(), headers=bearer(key)))
         await queued(a, 1)
         busy = await b.post(CHAT, json=chat_body(), headers=bearer(key))

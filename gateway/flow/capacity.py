@@ -60,18 +60,21 @@ class EngineView(Protocol):
 class EngineSlots:
     """The flow's own bookkeeping for one engine."""
 
-    __slots__ = ("held", "lowest", "higher", "concurrency", "seen_scrape")
+    __slots__ = ("lowest", "higher", "concurrency", "seen_scrape")
 
     def __init__(self) -> None:
-        self.held = 0                        # grants on this engine not yet released
-        self.lowest = 0                      # of them, the lowest band's (yielding.py)
+        self.lowest = 0                      # grants on this engine not yet released: the lowest band's (yielding.py)
         self.higher = 0                      # and the other bands'
         self.concurrency: int | None = None  # learned; None: never seen saturated
         self.seen_scrape = -1.0
 
+    @property
+    def held(self) -> int:
+        """Grants on this engine not yet released, of every band."""
+        return self.lowest + self.higher
+
     def count(self, lowest: bool, step: int) -> None:
         """A grant of the lowest band (or of a higher one) came (``step`` 1) or went (-1)."""
-        self.held += step
         if lowest:
             self.lowest += step
         else:
@@ -99,7 +102,8 @@ class EngineSlots:
             return math.inf
         if reserve:
             max_waiting = -min(reserve, self.concurrency - 1)
-        own = self.held if self.held > engine.inflight else engine.inflight
+        held = self.lowest + self.higher
+        own = held if held > engine.inflight else engine.inflight
         load = engine.load
         elsewhere = 0.0
         if load is not None:

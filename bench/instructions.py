@@ -23,9 +23,10 @@ writes, every ``SESSION_FLUSH_INTERVAL``; its looks at the engines, every
 request; the servers run with those intervals stretched by the same factor (``--slowdown``).
 The database pollers (batch worker, webhook delivery: ``BATCH_POLL_SECONDS``; the usage ledger's
 flush: ``USAGE_FLUSH_SECONDS``) are stretched the same way. Not every clock can be stretched (the
-key cache's poll of the key store is capped at 0.5 s by its setting's bound), so with ``--idle`` each scenario is followed by the same time without
-requests, counted the same way, and the report also gives the figures net of that idle rate:
-what a request costs beyond what the server does anyway in the time it takes under valgrind.
+key cache's poll of the key store is capped at 0.5 s by its setting's bound), so with ``--idle``
+each scenario is followed by the same time without requests, counted the same way, and the
+report also gives the figures net of that idle rate: what a request costs beyond what the
+server does anyway in the time it takes under valgrind.
 """
 
 from __future__ import annotations

@@ -21,10 +21,12 @@ Valgrind slows Python about 50 times, so what the gateway does by the clock (ses
 writes, every ``SESSION_FLUSH_INTERVAL``; its looks at the engines, every
 ``ENGINE_POLL_INTERVAL`` and ``ENGINE_METRICS_INTERVAL``) would be done 50 times as often per
 request; the servers run with those intervals stretched by the same factor (``--slowdown``).
-Not every clock can be stretched (the key cache's poll of the key store is capped at 0.5 s by
-its setting's bound), so with ``--idle`` each scenario is followed by the same time without
-requests, counted the same way, and the report also gives the figures net of that idle rate:
-what a request costs beyond what the server does anyway in the time it takes under valgrind.
+The database pollers (batch worker, webhook delivery: ``BATCH_POLL_SECONDS``; the usage ledger's
+flush: ``USAGE_FLUSH_SECONDS``) are stretched the same way. Not every clock can be stretched (the
+key cache's poll of the key store is capped at 0.5 s by its setting's bound), so with ``--idle``
+each scenario is followed by the same time without requests, counted the same way, and the
+report also gives the figures net of that idle rate: what a request costs beyond what the
+server does anyway in the time it takes under valgrind.
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ FLUSH_INTERVAL = 0.05  # the default SESSION_FLUSH_INTERVAL
 # request, none of which a request costs at full speed (one read a second over thousands).
 POLL_INTERVAL = 5.0      # the default ENGINE_POLL_INTERVAL
 METRICS_INTERVAL = 1.0   # the default ENGINE_METRICS_INTERVAL
+# The database pollers: the batch worker's and the webhook deliverer's look for due work (both
+# BATCH_POLL_SECONDS) and the usage ledger's flush (USAGE_FLUSH_SECONDS). Unstretched they were
+# most of the clock work under valgrind (a SQLAlchemy query through aiosqlite each, several a
+# second of a wall clock that valgrind slows), and their share moved the per-request figures by
+# 10-40 % between runs of the same tree; at full speed they are a few queries a second.
+BATCH_POLL = 1.0         # the default BATCH_POLL_SECONDS
+USAGE_FLUSH = 2.0        # the default USAGE_FLUSH_SECONDS (its bound: 300 s)
 
 
 def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | None,
@@ -87,6 +96,8 @@ def server_env(name: str, port: int, upstream: str, tmp: Path, baseline: Path | 
            "SESSION_FLUSH_INTERVAL": str(FLUSH_INTERVAL * slowdown),
            "ENGINE_POLL_INTERVAL": str(POLL_INTERVAL * slowdown),
            "ENGINE_METRICS_INTERVAL": str(METRICS_INTERVAL * slowdown),
+           "BATCH_POLL_SECONDS": str(BATCH_POLL * slowdown),
+           "USAGE_FLUSH_SECONDS": str(min(300.0, USAGE_FLUSH * slowdown)),
            "MAX_INFLIGHT": "4096", "MAX_INFLIGHT_PER_KEY": "4096",
            # The clock runs ~50x slower under valgrind: a connection the slowed server opens
            # to the fake upstream must not count as an engine that stopped answering.

@@ -201,7 +201,7 @@ class EngineClient:
             tried: list[Engine] = []
             while True:
                 current = engine
-                current.counters.requests.inc()
+                current.counters.count_request(1)
                 current.inflight += 1
                 try:
                     headers = tracing.engine_headers(request, current, method, path, queueing.engine_headers(
@@ -250,7 +250,7 @@ class EngineClient:
         engine = await self._first(route, request)
         tried: list[Engine] = []
         while True:
-            engine.counters.requests.inc()
+            engine.counters.count_request(1)
             engine.inflight += 1
             try:
                 headers = tracing.engine_headers(request, engine, method, path, queueing.engine_headers(

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from gateway.config import Settings
 from gateway.engines.discovery import Member, static_members
 from gateway.engines.engine import Engine
+from gateway.http.metrics import counting
 
 log = logging.getLogger("gateway.engine")
 
@@ -22,12 +23,13 @@ log = logging.getLogger("gateway.engine")
 class EngineCounters:
     """One engine's metric children, looked up once (``labels()`` is not free per request)."""
 
-    __slots__ = ("requests", "retries", "_errors", "_metrics", "_id")
+    __slots__ = ("requests", "count_request", "retries", "_errors", "_metrics", "_id")
 
     def __init__(self, metrics, engine: Engine) -> None:
         self._metrics = metrics
         self._id = engine.id
         self.requests = metrics.engine_requests.labels(engine.id)
+        self.count_request = counting(self.requests)  # (one call per attempt, not prometheus_client's three)
         self.retries = metrics.engine_retries.labels(engine.id)
         self._errors: dict[str, object] = {}
         metrics.engine_up.labels(engine.id).set_function(lambda: 1.0 if engine.routable(time.monotonic()) else 0.0)
@@ -62,6 +64,7 @@ class _NoCounters:
             return None
 
     requests = retries = _Nothing()
+    count_request = requests.inc
 
     def error(self, kind: str) -> None:
         return None

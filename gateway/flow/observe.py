@@ -27,17 +27,18 @@ NOTHING = _Nothing()
 
 
 class BandMetrics:
-    """One (model, band)'s metric children."""
+    """One (model, band)'s metric children (``wait``: the wait histogram's ``observe``, its fast path)."""
 
     __slots__ = ("length", "wait", "_dropped", "_family", "_labels")
 
     def __init__(self, metrics, model: str, band: str) -> None:
         if metrics is None:
-            self.length = self.wait = NOTHING
+            self.length = NOTHING
+            self.wait = NOTHING.observe
             self._family = None
         else:
             self.length = metrics.queue_length.labels(model, band)
-            self.wait = metrics.queue_wait.labels(model, band)
+            self.wait = metrics.queue_wait_observer(model, band)
             self._family = metrics.queue_dropped
         self._labels = (model, band)
         self._dropped: dict[str, object] = {}

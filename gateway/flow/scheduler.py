@@ -368,7 +368,7 @@ class Scheduler:
             band.fairness.join(demand.tenant, backlogged=False)
         band.fairness.served(demand.tenant, demand.tokens, demand.weight)
         band.since = now
-        queue.metrics[demand.band.rank].wait.observe(waited)
+        queue.metrics[demand.band.rank].wait(waited)
         if queued:
             queue.waited(waited)
         return Grant(self, demand, engine, waited)

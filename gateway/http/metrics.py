@@ -245,6 +245,10 @@ class Metrics:
             else:
                 children[1].inc(completion)
 
+    def queue_wait_observer(self, model: str, band: str) -> Callable[[float], None]:
+        """``observe`` of ``gateway_queue_wait_seconds{model,band}`` for the request path (``observing``)."""
+        return observing(self.queue_wait.labels(model, band))
+
     def first_token_timer(self, model: str | None) -> Histogram:
         """The time-to-first-token histogram child of ``model`` (cached; at most ``MAX_MODEL_LABELS``)."""
         model = model or "unknown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench import instructions
 from bench.instructions import report
 
 
@@ -26,3 +27,14 @@ def test_net_figures_subtract_the_idle_count_and_keep_the_raw_table():
     assert "Net of the idle rate" not in report({"bare-relay": {"stream": {"completed": 1,
                                                                          "instructions_per_request": 1.0}}},
                                                 requests=1, concurrency=1)
+
+
+def test_the_clock_driven_work_is_stretched_within_the_settings_bounds(tmp_path):
+    from gateway.config import Settings
+
+    env = instructions.server_env("sqlite", 8000, "http://127.0.0.1:9", tmp_path, None, slowdown=50.0)
+    assert float(env["BATCH_POLL_SECONDS"]) == 50.0 and float(env["USAGE_FLUSH_SECONDS"]) == 100.0
+    stretched = {name: env[name] for name in ("BATCH_POLL_SECONDS", "USAGE_FLUSH_SECONDS", "ENGINE_POLL_INTERVAL",
+                                              "ENGINE_METRICS_INTERVAL", "SESSION_FLUSH_INTERVAL")}
+    settings = Settings(**{name.lower(): value for name, value in stretched.items()})  # (the gateway must start)
+    assert settings.batch_poll_seconds == 50.0 and settings.usage_flush_seconds == 100.0

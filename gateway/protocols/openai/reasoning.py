@@ -93,9 +93,27 @@ def stream_block(block: bytes) -> bytes:
     return b"".join(parts)
 
 
+def _some_string(body: bytes) -> bool:
+    """Whether a ``"reasoning…"`` key in ``body`` may have a string value (False: each is null, or
+    a number such as ``reasoning_tokens``, so nothing needs naming and the answer need not be parsed).
+
+    Errs towards True: a key-like text inside a string value (its quote escaped) counts too.
+    """
+    at = body.find(MARK)
+    while at >= 0:
+        key_end = body.find(b'"', at + 1)
+        if key_end < 0:
+            return True
+        rest = body[key_end + 1:key_end + 64].lstrip()
+        if rest[:1] != b":" or rest[1:].lstrip()[:1] in (b'"', b""):
+            return True
+        at = body.find(MARK, key_end)
+    return False
+
+
 async def answer(body: bytes) -> bytes:
     """A non-streamed chat completion with every message's reasoning under both names."""
-    if MARK not in body:
+    if MARK not in body or not _some_string(body):  # vLLM's answers without reasoning: "reasoning":null
         return body
     try:
         data = orjson.loads(body)

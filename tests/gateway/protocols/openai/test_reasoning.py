@@ -45,3 +45,33 @@ def test_escapes_in_the_reasoning_are_copied_exactly_and_every_choice_is_named()
 def test_a_null_reasoning_is_not_copied():
     block = chunk({"content": "a", "reasoning": None})
     assert reasoning.stream_block(block) is block
+
+
+# --- non-streamed answers -----------------------------------------------------------------------
+
+def answer_of(message: dict, **usage) -> bytes:
+    return orjson.dumps({"id": "chatcmpl-1", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 2, **usage}})
+
+
+async def test_an_answer_whose_reasoning_is_null_is_returned_unparsed():
+    body = answer_of({"role": "assistant", "content": "hi", "reasoning": None},
+                     completion_tokens_details={"reasoning_tokens": 0})
+    assert await reasoning.answer(body) is body
+    assert reasoning._some_string(body) is False
+
+
+async def test_a_reasoning_string_is_named_both_however_the_json_is_spaced():
+    for body in (answer_of({"role": "assistant", "content": "hi", "reasoning": "think"}),
+                 b'{"choices": [{"message": {"content": "hi", "reasoning_content" :\n "think"}}]}'):
+        named = orjson.loads(await reasoning.answer(body))["choices"][0]["message"]
+        assert named["reasoning"] == named["reasoning_content"] == "think"
+
+
+async def test_key_like_text_inside_content_hides_no_reasoning_after_it():
+    text = 'he wrote "reasoning": "x", "reasoning_content":'
+    body = answer_of({"role": "assistant", "content": text, "reasoning": None})
+    assert await reasoning.answer(body) is body
+    body = answer_of({"role": "assistant", "content": text, "reasoning": "think"})
+    named = orjson.loads(await reasoning.answer(body))["choices"][0]["message"]
+    assert named["content"] == text and named["reasoning"] == named["reasoning_content"] == "think"

@@ -134,7 +134,8 @@ def anthropic_batches_router(store: BatchStore, worker: BatchWorker) -> APIRoute
                            before_id: str | None = None, limit: Annotated[int | None, Query()] = None) -> dict:
         records, has_more = await store.list(owner_of(principal), ANTHROPIC,
                                              page(after=after_id, limit=limit, order=None, max_limit=1000,
-                                                  after_name="after_id"), before=before_id)
+                                                  after_name="after_id"), before=before_id,
+                                             cursor_names=("after_id", "before_id"))
         data = [await shown(record, request) for record in records]
         return {"data": data, "has_more": has_more, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None}

@@ -50,8 +50,10 @@ def _record(row) -> BatchRecord:
 
 
 class NotFound(GatewayError):
-    def __init__(self, batch_id: str) -> None:
-        super().__init__(404, f"No such batch: {batch_id}", param="batch_id", code="batch_not_found")
+    def __init__(self, batch_id: str, *, param: str = "batch_id") -> None:
+        # A list cursor names itself in the message too (Anthropic's error envelope has no param).
+        where = "" if param == "batch_id" else f" (given as {param})"
+        super().__init__(404, f"No such batch: {batch_id}{where}", param=param, code="batch_not_found")
 
 
 class BatchStore:
@@ -84,19 +86,21 @@ class BatchStore:
                 return _record(row)
         raise NotFound(batch_id)
 
-    async def list(self, owner: str, api: str, page: Page, *, before: str | None = None) -> tuple[list, bool]:
+    async def list(self, owner: str, api: str, page: Page, *, before: str | None = None,
+                   cursor_names: tuple[str, str] = ("after", "before")) -> tuple[list, bool]:
+        """A page of the owner's batches; an unknown cursor is a 404 naming its parameter (``cursor_names``)."""
         query = sa.select(batches).where(batches.c.owner == owner, batches.c.api == api,
                                          batches.c.deleted_at.is_(None))
         key = sa.tuple_(batches.c.created_at, batches.c.id)
         descending = page.descending
         async with self.db.begin() as connection:
-            for cursor, newer in ((page.after, False), (before, True)):
+            for cursor, newer, name in ((page.after, False, cursor_names[0]), (before, True, cursor_names[1])):
                 if cursor is None:
                     continue
                 anchor = (await connection.execute(sa.select(batches.c.created_at).where(
                     batches.c.id == cursor, batches.c.owner == owner))).first()
                 if anchor is None:
-                    raise NotFound(cursor)
+                    raise NotFound(cursor, param=name)
                 point = sa.tuple_(anchor.created_at, cursor)
                 query = query.where(key > point if newer == descending else key < point)
             if before is not None and page.after is None:

@@ -211,6 +211,20 @@ async def test_batches_list_pages(jobs_gateway):
     assert [b.id async for b in client.batches.list(limit=2)] == made[::-1]
 
 
+async def test_an_unknown_list_cursor_is_a_404_naming_its_own_parameter(jobs_gateway):
+    base_url, _ = jobs_gateway
+    async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {READ_KEY}"}) as client:
+        for path, param in (("/v1/batches?after=batch_nope", "after"),
+                            ("/v1/messages/batches?after_id=msgbatch_nope", "after_id"),
+                            ("/v1/messages/batches?before_id=msgbatch_nope", "before_id")):
+            response = await client.get(path)
+            assert response.status_code == 404, path
+            error = response.json()["error"]
+            assert error["type"] == "not_found_error" and error["message"].endswith(f"_nope (given as {param})")
+            if not path.startswith("/v1/messages"):
+                assert error["param"] == param  # (Anthropic's envelope has no param: the message names it)
+
+
 async def test_a_messages_batch_with_the_anthropic_sdk(jobs_gateway, fake_engine):
     base_url, _ = jobs_gateway
     client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)

@@ -23,6 +23,8 @@ from typing import Any
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.tracing.spans import Span
+
 _double = struct.Struct("<d").pack
 _fixed64 = struct.Struct("<Q").pack
 _fixed32 = struct.Struct("<I").pack
@@ -52,6 +54,9 @@ def _varint(value: int) -> bytes:
 
 def _delimited(tag: bytes, data: bytes) -> bytes:
     return tag + _varint(len(data)) + data
+
+
+_STATUSES = {code: _delimited(b"\x7a", encoded) for code, encoded in _CODES.items()}  # without a description
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -131,6 +136,36 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     return b"".join(parts)
 
 
+def encode_recorded(span) -> bytes:
+    """One of the gateway's own spans (a ``spans.Span``) as a ``Span`` message: the same bytes as
+    :func:`encode_span` gives its ``ReadableSpan``, read from plain values."""
+    parts = [b"\x0a\x10", span.trace_id.to_bytes(16, "big"), b"\x12\x08", span.span_id.to_bytes(8, "big")]
+    state = span.trace_state
+    if state:
+        parts.append(_text(b"\x1a", ",".join(f"{key}={value}" for key, value in state.items())))
+    parent = span.parent_id
+    if parent is not None:
+        parts.append(b"\x22\x08")
+        parts.append(parent.to_bytes(8, "big"))
+    name = span.name.encode("utf-8")
+    parts.append(b"\x2a" + _varint(len(name)) + name + _KINDS[span.kind] + b"\x39" + _fixed64(span.start)
+                 + b"\x41" + _fixed64(span.end))
+    parts.append(_attributes(b"\x4a", span.attributes))
+    events = span.events
+    if events:
+        for name, when, attributes in events:
+            parts.append(_delimited(b"\x5a", b"\x09" + _fixed64(when) + _text(b"\x12", name)
+                                    + _attributes(b"\x1a", attributes)))
+        if span.dropped_events:
+            parts.append(b"\x60" + _varint(span.dropped_events))
+    status = span.status
+    description = status.description
+    parts.append(_STATUSES[status.status_code] if not description else
+                 _delimited(b"\x7a", _text(b"\x12", description) + _CODES[status.status_code]))
+    parts.append(_FLAGS_REMOTE if parent is not None and span.remote_parent else _FLAGS_LOCAL)
+    return b"".join(parts)
+
+
 def _event(event) -> bytes:
     body = (b"\x09" + _fixed64(event.timestamp) + _text(b"\x12", event.name)
             + _attributes(b"\x1a", event.attributes))
@@ -202,12 +237,16 @@ class OtlpEncoder:
         """An ``ExportTraceServiceRequest``: the spans grouped by resource, then by instrumentation scope."""
         groups: dict[int, tuple[Any, dict[Any, list[bytes]]]] = {}  # by id: a Resource hashes through JSON
         for span in spans:
-            body = encode_span(span)
-            resource = span.resource
+            if type(span) is Span:
+                body = encode_recorded(span)
+                resource, scope = span.origin
+            else:
+                body = encode_span(span)
+                resource, scope = span.resource, span.instrumentation_scope or None
             group = groups.get(id(resource))
             if group is None:
                 group = groups[id(resource)] = (resource, {})
-            group[1].setdefault(span.instrumentation_scope or None, []).extend((b"\x12", _varint(len(body)), body))
+            group[1].setdefault(scope, []).extend((b"\x12", _varint(len(body)), body))
         out = []
         for resource, scopes in groups.values():
             parts = [self._resource(resource)]

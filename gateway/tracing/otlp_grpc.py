@@ -21,6 +21,8 @@ from gateway.tracing.otlp_encoding import OtlpEncoder
 class GrpcExporter(OTLPSpanExporter):
     """OTLP over gRPC (``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``)."""
 
+    encodes_recorded_spans = True  # the gateway's spans (``spans.Span``) go to it as they are
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = OtlpEncoder()

@@ -25,6 +25,8 @@ from gateway.tracing.otlp_encoding import OtlpEncoder
 class HttpExporter(OTLPSpanExporter):
     """OTLP over HTTP/protobuf (``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf``, the default)."""
 
+    encodes_recorded_spans = True  # the gateway's spans (``spans.Span``) go to it as they are
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = OtlpEncoder()

@@ -61,13 +61,20 @@ ENGINE = Engine()
 METRICS = GenAIMetrics(CollectorRegistry())
 
 
+# Each request its own id and its answer's (as in a gateway: values an encoder cannot reuse).
+REQUEST_IDS = [f"{n:024x}" for n in range(1 << 14)]
+ANSWERS = [ANSWER.replace(b"chatcmpl-1", f"chatcmpl-{n:024x}".encode()) for n in range(1 << 14)]
+_next = iter(range(1 << 62))
+
+
 def one_request(tracing: Tracing) -> None:
-    request = RequestContext("d4c3ed598fbe5896790ec90e", scope=SCOPE, principal=PRINCIPAL)
+    n = next(_next) & ((1 << 14) - 1)
+    request = RequestContext(REQUEST_IDS[n], scope=SCOPE, principal=PRINCIPAL)
     trace = tracing.begin(request, SCOPE)
     trace.queued("interactive", "dispatched", 0.0)
     hooks.unary_started(request, PATH, BODY)
     hooks.engine_headers(request, ENGINE, "POST", PATH, {"content-type": "application/json"}, ROUTER)
-    trace.answered(200, ANSWER)
+    trace.answered(200, ANSWERS[n])
     hooks.request_ended(trace, request, 200)
 
 
@@ -129,7 +136,7 @@ def encodings(tracing: Tracing) -> tuple[float, float]:
     spans = []
 
     class Keep(SpanExporter):
-        encodes_recorded_spans = True  # the gateway's own spans, as its exporters get them
+        takes_recorded_spans = True  # the gateway's own spans (``spans.Span``), before their encoding
 
         def export(self, batch):
             spans.extend(batch)

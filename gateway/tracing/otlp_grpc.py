@@ -21,11 +21,9 @@ from gateway.tracing.otlp_encoding import OtlpEncoder
 class GrpcExporter(OTLPSpanExporter):
     """OTLP over gRPC (``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``)."""
 
-    encodes_recorded_spans = True  # the gateway's spans (``spans.Span``) go to it as they are
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._encoder = OtlpEncoder()
+        self.encoder = OtlpEncoder()
 
     def _translate_data(self, data: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-        return ExportTraceServiceRequest.FromString(self._encoder.encode(data))
+        return ExportTraceServiceRequest.FromString(self.encoder.encode(data))

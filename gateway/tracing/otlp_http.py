@@ -25,11 +25,9 @@ from gateway.tracing.otlp_encoding import OtlpEncoder
 class HttpExporter(OTLPSpanExporter):
     """OTLP over HTTP/protobuf (``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf``, the default)."""
 
-    encodes_recorded_spans = True  # the gateway's spans (``spans.Span``) go to it as they are
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._encoder = OtlpEncoder()
+        self.encoder = OtlpEncoder()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
@@ -37,7 +35,7 @@ class HttpExporter(OTLPSpanExporter):
             return SpanExportResult.FAILURE
         with self._metrics.export_operation(len(spans)) as result:
             try:
-                data = self._encoder.encode(spans)
+                data = self.encoder.encode(spans)
             except Exception as error:  # (the SDK's rule: a batch that cannot be encoded is dropped)
                 sdk_logger.error("Failed to encode span batch: %s", error)
                 result.error = error

@@ -26,7 +26,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway.config import Settings
 from gateway.tracing.conventions import Conventions
 from gateway.tracing.request import RequestTrace
-from gateway.tracing.spans import MAX_EVENTS, SdkSpans  # noqa: F401 (MAX_EVENTS: the tests import it from here)
+from gateway.tracing.otlp_encoding import OtlpEncoder, recorded_field
+from gateway.tracing.spans import MAX_EVENTS, SdkSpans, Span  # noqa: F401 (MAX_EVENTS: the tests import it from here)
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway without it never loads it)
     from opentelemetry.sdk.trace import TracerProvider
@@ -66,8 +67,19 @@ class Tracing:
         # The SDK's default ids are random.getrandbits (RandomIdGenerator): drawn here without its calls.
         self.own_ids = type(self.ids) is RandomIdGenerator
         # Spans go straight into the SDK batch processor's bounded queue (its schedule, flush, shutdown):
-        # ``BatchSpanProcessor.on_end`` only checks the sampled flag, which a recorded span has.
+        # ``BatchSpanProcessor.on_end`` only checks the sampled flag, which a recorded span has. To the
+        # gateway's OTLP exporters, encoded as they end (bytes: nothing left for the garbage collector
+        # to walk while they wait for the export); to others, as the ``Span``s they are.
         self.enqueue = processor._batch_processor.emit
+        encoder = getattr(processor.span_exporter, "encoder", None)
+        if isinstance(encoder, OtlpEncoder):
+            encoder.origin = self.origin
+            self.finished = self._encoded
+        else:
+            self.finished = self.enqueue
+
+    def _encoded(self, span: Span) -> None:
+        self.enqueue(recorded_field(span))
 
     @classmethod
     def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
@@ -83,7 +95,8 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-        if not getattr(exporter, "encodes_recorded_spans", False):  # not the gateway's: it wants the SDK's spans
+        if not isinstance(getattr(exporter, "encoder", None), OtlpEncoder) \
+                and not getattr(exporter, "takes_recorded_spans", False):  # it wants the SDK's spans
             exporter = SdkSpans(exporter)
         resource = Resource.create({"service.name": settings.otel_service_name})
         sampler = ParentBased(TraceIdRatioBased(settings.otel_traces_sampler_arg))

@@ -148,8 +148,8 @@ class RequestTrace:
             return headers
         operation = operation_of(path)
         name = f"{operation} {self.model}" if operation and self.model else f"{method} {path}"
-        attributes = self.tracing.conventions.base(operation, self.model) if operation else {}
-        attributes.update(_receipt(engine, router))
+        attributes = dict(self.tracing.conventions.base(operation, self.model)) if operation else {}
+        _receipt(attributes, engine, router)
         attributes["gateway.engine.attempt"] = self.attempts
         call = self.call = self._child(name, SpanKind.CLIENT, _now(), attributes)
         headers["traceparent"] = f"00-{self.trace_id}-{call.span_id:016x}-{self.flags:02x}"
@@ -201,7 +201,7 @@ class RequestTrace:
         if self.recording:
             attributes = self.tracing.conventions.usage(usage)
             if finish_reason is not None:
-                attributes["gen_ai.response.finish_reasons"] = [finish_reason]
+                attributes["gen_ai.response.finish_reasons"] = (finish_reason,)  # (as the SDK keeps a sequence)
             if self.model:
                 attributes["gen_ai.response.model"] = self.model  # (vLLM answers with the served name asked)
             attributes["gateway.stream.ending"] = how
@@ -236,7 +236,7 @@ class RequestTrace:
             span.status = Status(StatusCode.ERROR)
             attributes["error.type"] = str(status)
         span.end = _now()
-        self.tracing.enqueue(span)
+        self.tracing.finished(span)
 
     # --- the child spans -------------------------------------------------------------------
     def _child(self, name: str, kind: SpanKind, start: int, attributes: dict[str, Any]) -> Span:
@@ -252,20 +252,15 @@ class RequestTrace:
         """``child`` ended at ``end``: to the batch processor (when this trace is sampled)."""
         if self.sampled:
             child.end = end
-            self.tracing.enqueue(child)
+            self.tracing.finished(child)
 
 
-def _receipt(engine, router) -> dict[str, Any]:
-    """Why this engine: the policy and its reason, the engine's load score and the runner-up's."""
-    attributes: dict[str, Any] = {"gateway.engine.id": engine.id}
-    url = engine.url("/")
-    if url.host:
-        attributes["server.address"] = url.host
-    if url.port:
-        attributes["server.port"] = url.port
+def _receipt(attributes: dict[str, Any], engine, router) -> None:
+    """Why this engine, into ``attributes``: the policy and its reason, the engine's load score and the runner-up's."""
+    attributes.update(_engine_attributes(engine))
     if router is None:
         attributes["gateway.routing.reason"] = "pinned"
-        return attributes
+        return
     attributes["gateway.routing.policy"] = router.policy.name
     reason = getattr(router, "last_reason", None)
     if reason is not None:
@@ -276,4 +271,22 @@ def _receipt(engine, router) -> dict[str, Any]:
     if others:
         attributes["gateway.routing.runner_up_score"] = float(min(others))
     attributes["gateway.routing.candidates"] = len(others) + 1
+
+
+_engines: dict[str, dict[str, Any]] = {}  # engine id -> its id, address and port as attributes
+
+
+def _engine_attributes(engine) -> dict[str, Any]:
+    """The engine's id, host and port: its URL parsed once per engine id (a dict kept, never to change)."""
+    attributes = _engines.get(engine.id)
+    if attributes is None:
+        attributes = {"gateway.engine.id": engine.id}
+        url = engine.url("/")
+        if url.host:
+            attributes["server.address"] = url.host
+        if url.port:
+            attributes["server.port"] = url.port
+        if len(_engines) >= 1024:  # (a fleet's engines are few; a bound all the same)
+            _engines.clear()
+        _engines[engine.id] = attributes
     return attributes

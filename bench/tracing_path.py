@@ -5,8 +5,9 @@
 Runs the tracing calls one traced non-streamed chat request makes (the middleware's begin, flow
 control's dispatch, the relay's start, the engine call with its routing receipt, the answer, the
 end), with the gateway's real ``Tracing`` exporting over OTLP/HTTP to a sink that answers at
-once; CPU time of this thread per request (the request path: the event loop's share), and of
-the exporter's calls per request (the SDK's export thread, and ``force_flush`` here). Then one
+once; CPU time of this thread per request (the request path: the event loop's share; since
+2026-12-06 04:20 UTC it includes the spans' encoding, done as each span ends), and of the
+exporter's calls per request (the SDK's export thread, and ``force_flush`` here). Then one
 batch of those spans encoded by the SDK's encoder (protobuf objects, from the SDK's
 ``ReadableSpan``s) and by the gateway's (``gateway/tracing/otlp_encoding.py``, from the spans
 as its exporters get them). The median over rounds; ``bench.tracing`` measures the

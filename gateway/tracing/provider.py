@@ -2,7 +2,8 @@
 
 Off (``Tracing.from_settings`` returns None) unless an OTLP endpoint is set: then nothing of
 OpenTelemetry runs per request (the request path asks ``request.get(RequestTrace)``, a
-``None`` check). On, spans are handed to a ``BatchSpanProcessor`` whose queue is bounded
+``None`` check). On, spans (encoded as each ends, for the gateway's own OTLP exporters) go
+into the queue of the SDK's ``BatchSpanProcessor``, bounded
 (``OTEL_BSP_MAX_QUEUE_SIZE``; beyond it spans are dropped, never waited for) and whose export
 runs in the SDK's own thread with a timeout per attempt (``OTEL_EXPORTER_OTLP_TIMEOUT``): a
 slow or dead collector costs the request path nothing but that append. Stopping waits for the
@@ -25,8 +26,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway.config import Settings
 from gateway.tracing.conventions import Conventions
-from gateway.tracing.request import RequestTrace
 from gateway.tracing.otlp_encoding import OtlpEncoder, recorded_field
+from gateway.tracing.request import RequestTrace
 from gateway.tracing.spans import MAX_EVENTS, SdkSpans, Span  # noqa: F401 (MAX_EVENTS: the tests import it from here)
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway without it never loads it)

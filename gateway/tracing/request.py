@@ -16,13 +16,15 @@ session store's flushes of the request's events (``stored``: one event per flush
 
 Never a prompt, a completion, a key or an end user's id.
 
-The spans are recorded as plain values (a name, times, a dict of attributes, a list of events)
-and become the SDK's ``ReadableSpan``s, handed to its batch processor, when they end: one SDK
-object per span. The SDK's live spans cost about 100 us per traced request here (two spans, 30
-attributes): each ``set_attribute(s)`` takes a lock and re-validates every value, each span a
-sampler call, a context, limits, locks. These values are the gateway's own (numbers and names
-it chose; text from a request is cut, e.g. an error message at 200 characters), under the SDK's
-default limit of 128 attributes a span. The sampler and the ids are still the provider's.
+The spans are recorded as plain values (``spans.Span``: a name, times, a dict of attributes, a
+list of events) and, when each ends, encoded as OTLP bytes (``otlp_encoding.recorded_field``)
+into the SDK batch processor's queue: no SDK span object at all. The SDK's live spans cost
+about 100 us per traced request here (two spans, 30 attributes): each ``set_attribute(s)``
+takes a lock and re-validates every value, each span a sampler call, a context, limits, locks;
+its ``ReadableSpan``s, made when spans ended, about a third of what was left. These values are
+the gateway's own (numbers and names it chose; text from a request is cut, e.g. an error
+message at 200 characters), under the SDK's default limit of 128 attributes a span. The
+sampling decision and the ids are the SDK's (``Tracing.begin``).
 """
 
 from __future__ import annotations

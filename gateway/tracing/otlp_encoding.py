@@ -41,11 +41,9 @@ _TIMES = struct.Struct("<BQBQ").pack  # start and end (fields 7 and 8, fixed64)
 _LOW64 = (1 << 64) - 1
 _CODES = {code: b"\x18" + _SMALL[code.value] if code.value else b"" for code in StatusCode}
 _keys: dict[str, bytes] = {}  # attribute key -> KeyValue.key field (keys are few: the conventions' names)
-# field tag -> (key, value) -> the whole field: tag, length, KeyValue
-_fields: dict[bytes, dict[tuple[str, Any], bytes]] = {}
+# field tag -> ((key, value), type of value) -> the whole field: tag, length, KeyValue
+_fields: dict[bytes, dict[tuple[tuple[str, Any], type], bytes]] = {}
 _KEPT = frozenset({str, int, bool, float, tuple})  # the value types whose fields are kept
-_kinds: dict[str, type] = {}  # attribute key -> the one type of value seen with it
-_mixed: set[str] = set()  # keys seen with two types of value
 # Attributes whose values are one request's own: not worth keeping (they would push the rest out).
 UNIQUE_KEYS = frozenset({"gateway.request_id", "gen_ai.response.id", "gateway.session.id",
                          "gateway.continuation.reason", "gen_ai.response.time_to_first_chunk"})
@@ -121,8 +119,9 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
 
     Most pairs are the same from request to request (the operation, the provider, the model,
     the routing policy, the engine, the status code, the token counts): each one's whole field
-    (tag, length, ``KeyValue``) is kept by ``(key, value)``, and a span's are looked up in one
-    pass in C (``map``); only the pairs not kept yet are written here, one by one (:func:`_field`).
+    (tag, length, ``KeyValue``) is kept by its key, value and the value's type (``True == 1 ==
+    1.0``, but each is written apart), and a span's are looked up in one pass in C (``map``);
+    only the pairs not kept yet are written here, one by one (:func:`_field`).
     """
     if not attributes:
         return b""
@@ -132,7 +131,7 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     if cache is None:
         cache = _fields[tag] = {}
     try:
-        fields = list(map(cache.get, attributes.items()))
+        fields = list(map(cache.get, zip(attributes.items(), map(type, attributes.values()), strict=False)))
     except TypeError:  # a list or a map among the values (unhashable): all written here
         fields = [None] * len(attributes)
     missing = fields.count(None)
@@ -146,41 +145,18 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
 
 
 def _field(cache: dict, tag: bytes, key: str, value: Any) -> bytes:
-    """One attribute's field, kept in ``cache`` when its ``(key, value)`` says which bytes it is.
-
-    Equal values of other types are equal keys (True == 1 == 1.0): only a key seen with one
-    type of value is kept (``_kinds``; one seen with a second type is never kept again, and
-    what was kept is forgotten). Values unique to a request (``UNIQUE_KEYS``), arrays of
-    anything but text, and maps are written each time.
-    """
+    """One attribute's field, kept in ``cache`` unless its value is unique to a request
+    (``UNIQUE_KEYS``), an array of anything but text, a map, or of a type of its own."""
     field = _delimited(tag, _key(key) + _delimited(b"\x12", _any_value(value)))
     kind = type(value)
-    if key in UNIQUE_KEYS or kind not in _KEPT or key in _mixed:
+    if key in UNIQUE_KEYS or kind not in _KEPT:
         return field
-    if kind is tuple and not all(type(item) is str for item in value):
-        return field
-    seen = _kinds.get(key)
-    if seen is None:
-        if len(_kinds) >= 4096:  # keys are the code's own names; a bound all the same
-            _forget()
-        seen = _kinds[key] = kind
-    if seen is not kind:
-        _forget()
-        _mixed.add(key)
+    if kind is tuple and not all(type(item) is str for item in value):  # ((1,) == (True,))
         return field
     if len(cache) >= _MAX_PAIRS:
         cache.clear()
-    cache[(key, value)] = field
+    cache[((key, value), kind)] = field
     return field
-
-
-def _forget() -> None:
-    """Every kept field, and the keys' types of value (kept fields are good only while those hold)."""
-    for kept in _fields.values():
-        kept.clear()
-    _kinds.clear()
-    if len(_mixed) >= 4096:
-        _mixed.clear()
 
 
 def encode_recorded(span) -> bytes:

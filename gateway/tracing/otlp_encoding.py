@@ -41,8 +41,8 @@ _TIMES = struct.Struct("<BQBQ").pack  # start and end (fields 7 and 8, fixed64)
 _LOW64 = (1 << 64) - 1
 _CODES = {code: b"\x18" + _SMALL[code.value] if code.value else b"" for code in StatusCode}
 _keys: dict[str, bytes] = {}  # attribute key -> KeyValue.key field (keys are few: the conventions' names)
-# field tag -> ((key, value), type of value) -> the whole field: tag, length, KeyValue
-_fields: dict[bytes, dict[tuple[tuple[str, Any], type], bytes]] = {}
+# field tag -> (key, value, type of value) -> the whole field: tag, length, KeyValue
+_fields: dict[bytes, dict[tuple[str, Any, type], bytes]] = {}
 _KEPT = frozenset({str, int, bool, float, tuple})  # the value types whose fields are kept
 # Attributes whose values are one request's own: not worth keeping (they would push the rest out).
 UNIQUE_KEYS = frozenset({"gateway.request_id", "gen_ai.response.id", "gateway.session.id",
@@ -131,7 +131,8 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     if cache is None:
         cache = _fields[tag] = {}
     try:
-        fields = list(map(cache.get, zip(attributes.items(), map(type, attributes.values()), strict=False)))
+        values = attributes.values()
+        fields = list(map(cache.get, zip(attributes, values, map(type, values), strict=False)))
     except TypeError:  # a list or a map among the values (unhashable): all written here
         fields = [None] * len(attributes)
     missing = fields.count(None)
@@ -155,7 +156,7 @@ def _field(cache: dict, tag: bytes, key: str, value: Any) -> bytes:
         return field
     if len(cache) >= _MAX_PAIRS:
         cache.clear()
-    cache[((key, value), kind)] = field
+    cache[(key, value, kind)] = field
     return field
 
 

@@ -5,10 +5,12 @@
 Runs the tracing calls one traced non-streamed chat request makes (the middleware's begin, flow
 control's dispatch, the relay's start, the engine call with its routing receipt, the answer, the
 end), with the gateway's real ``Tracing`` exporting over OTLP/HTTP to a sink that answers at
-once; CPU time of this thread per request (the request path: the event loop's share), and of
-the exporter's calls per request (the SDK's export thread, and ``force_flush`` here). Then one
-batch of those spans encoded by the SDK's encoder (protobuf objects) and by the gateway's
-(``gateway/tracing/otlp_encoding.py``). The median over rounds; ``bench.tracing`` measures the
+once; CPU time of this thread per request (the request path: the event loop's share; since
+2026-12-06 04:20 UTC it includes the spans' encoding, done as each span ends), and of the
+exporter's calls per request (the SDK's export thread, and ``force_flush`` here). Then one
+batch of those spans encoded by the SDK's encoder (protobuf objects, from the SDK's
+``ReadableSpan``s) and by the gateway's (``gateway/tracing/otlp_encoding.py``, from the spans
+as its exporters get them). The median over rounds; ``bench.tracing`` measures the
 whole gateway process against tracing off.
 """
 
@@ -60,13 +62,20 @@ ENGINE = Engine()
 METRICS = GenAIMetrics(CollectorRegistry())
 
 
+# Each request its own id and its answer's (as in a gateway: values an encoder cannot reuse).
+REQUEST_IDS = [f"{n:024x}" for n in range(1 << 14)]
+ANSWERS = [ANSWER.replace(b"chatcmpl-1", f"chatcmpl-{n:024x}".encode()) for n in range(1 << 14)]
+_next = iter(range(1 << 62))
+
+
 def one_request(tracing: Tracing) -> None:
-    request = RequestContext("d4c3ed598fbe5896790ec90e", scope=SCOPE, principal=PRINCIPAL)
+    n = next(_next) & ((1 << 14) - 1)
+    request = RequestContext(REQUEST_IDS[n], scope=SCOPE, principal=PRINCIPAL)
     trace = tracing.begin(request, SCOPE)
     trace.queued("interactive", "dispatched", 0.0)
     hooks.unary_started(request, PATH, BODY)
     hooks.engine_headers(request, ENGINE, "POST", PATH, {"content-type": "application/json"}, ROUTER)
-    trace.answered(200, ANSWER)
+    trace.answered(200, ANSWERS[n])
     hooks.request_ended(trace, request, 200)
 
 
@@ -128,6 +137,8 @@ def encodings(tracing: Tracing) -> tuple[float, float]:
     spans = []
 
     class Keep(SpanExporter):
+        takes_recorded_spans = True  # the gateway's own spans (``spans.Span``), before their encoding
+
         def export(self, batch):
             spans.extend(batch)
             return SpanExportResult.SUCCESS
@@ -141,10 +152,11 @@ def encodings(tracing: Tracing) -> tuple[float, float]:
     finally:
         kept.shutdown()
     encoder = OtlpEncoder() if OtlpEncoder is not None else None
+    readable = [span.readable() if hasattr(span, "readable") else span for span in spans]  # the SDK's spans
     sdk, ours = [], [float("nan")]
     for _ in range(5):
         began = time.thread_time()
-        encode_spans(spans).SerializePartialToString()
+        encode_spans(readable).SerializePartialToString()
         sdk.append((time.thread_time() - began) / 256 * 1e6)
         if encoder is not None:
             began = time.thread_time()

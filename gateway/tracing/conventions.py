@@ -54,11 +54,18 @@ class Conventions:
         self.latest = OPT_IN in opt_in
         self.schema_url = LATEST_SCHEMA if self.latest else LEGACY_SCHEMA
         self.provider_key = "gen_ai.provider.name" if self.latest else "gen_ai.system"
+        self._bases: dict[tuple[str, str | None], dict[str, Any]] = {}
 
     def base(self, operation: str, model: str | None) -> dict[str, Any]:
-        attributes: dict[str, Any] = {"gen_ai.operation.name": operation, self.provider_key: PROVIDER}
-        if model:
-            attributes["gen_ai.request.model"] = model
+        """The operation, the provider and the model asked: one dict kept per pair, to copy, never to change."""
+        attributes = self._bases.get((operation, model))
+        if attributes is None:
+            if len(self._bases) >= 1024:  # (models are the fleet's few; a bound all the same)
+                self._bases.clear()
+            attributes = self._bases[(operation, model)] = {"gen_ai.operation.name": operation,
+                                                            self.provider_key: PROVIDER}
+            if model:
+                attributes["gen_ai.request.model"] = model
         return attributes
 
     def usage(self, usage: dict | None) -> dict[str, Any]:
@@ -101,13 +108,22 @@ def request_attributes(data: dict | None) -> dict[str, Any]:
     if data is None:
         return {}
     attributes: dict[str, Any] = {}
-    for field, key in REQUEST_PARAMETERS:
-        value = data.get(field)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in attributes:
-            attributes[key] = value
-    if isinstance(data.get("stream"), bool):
-        attributes["gen_ai.request.stream"] = data["stream"]  # (not in the conventions: the gateway's own)
+    present = _PARAMETER_FIELDS.intersection(data)  # (a body has a few of them: no get for each of the ten)
+    if present:
+        for field in sorted(present, key=_PARAMETER_ORDER.__getitem__) if len(present) > 1 else present:
+            value = data[field]
+            key = _PARAMETER_KEYS[field]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in attributes:
+                attributes[key] = value
+    stream = data.get("stream")
+    if stream is True or stream is False:
+        attributes["gen_ai.request.stream"] = stream  # (not in the conventions: the gateway's own)
     return attributes
+
+
+_PARAMETER_FIELDS = frozenset(field for field, _ in REQUEST_PARAMETERS)
+_PARAMETER_ORDER = {field: index for index, (field, _) in enumerate(REQUEST_PARAMETERS)}  # the first one wins
+_PARAMETER_KEYS = dict(REQUEST_PARAMETERS)
 
 
 def response_attributes(conventions: Conventions, answer: bytes) -> dict[str, Any]:
@@ -125,7 +141,7 @@ def response_attributes(conventions: Conventions, answer: bytes) -> dict[str, An
         attributes["gen_ai.response.id"] = data["id"]
     reasons = finish_reasons(data)
     if reasons:
-        attributes["gen_ai.response.finish_reasons"] = reasons
+        attributes["gen_ai.response.finish_reasons"] = tuple(reasons)  # (as the SDK keeps a sequence)
     return attributes
 
 

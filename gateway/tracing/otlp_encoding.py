@@ -23,6 +23,8 @@ from typing import Any
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.tracing.spans import Span
+
 _double = struct.Struct("<d").pack
 _fixed64 = struct.Struct("<Q").pack
 _fixed32 = struct.Struct("<I").pack
@@ -32,10 +34,19 @@ _SMALL = [bytes((n,)) for n in range(128)]
 _FLAGS_LOCAL = b"\x85\x01" + _fixed32(0x100)
 _FLAGS_REMOTE = b"\x85\x01" + _fixed32(0x300)
 _KINDS = {kind: b"\x30" + _SMALL[kind.value + 1] for kind in SpanKind}  # the proto's SpanKind is the API's + 1
+_KIND_FIELDS = [_KINDS[SpanKind(value)] for value in range(len(SpanKind))]  # by value: an Enum hashes in Python
+_IDS = struct.Struct(">HQQHQ").pack  # trace_id (field 1, 16 bytes) and span_id (field 2, 8 bytes), big-endian
+_PARENT = struct.Struct(">HQ").pack  # parent_span_id (field 4)
+_TIMES = struct.Struct("<BQBQ").pack  # start and end (fields 7 and 8, fixed64)
+_LOW64 = (1 << 64) - 1
 _CODES = {code: b"\x18" + _SMALL[code.value] if code.value else b"" for code in StatusCode}
 _keys: dict[str, bytes] = {}  # attribute key -> KeyValue.key field (keys are few: the conventions' names)
-_pairs: dict[tuple[str, str], bytes] = {}  # (key, text value) -> the KeyValue with its length
-_numbers: dict[tuple[str, int], bytes] = {}  # (key, integer value) -> the same
+# field tag -> (key, value, type of value) -> the whole field: tag, length, KeyValue
+_fields: dict[bytes, dict[tuple[str, Any, type], bytes]] = {}
+_KEPT = frozenset({str, int, bool, float, tuple})  # the value types whose fields are kept
+# Attributes whose values are one request's own: not worth keeping (they would push the rest out).
+UNIQUE_KEYS = frozenset({"gateway.request_id", "gen_ai.response.id", "gateway.session.id",
+                         "gateway.continuation.reason", "gen_ai.response.time_to_first_chunk"})
 _MAX_PAIRS = 8192
 
 
@@ -52,6 +63,9 @@ def _varint(value: int) -> bytes:
 
 def _delimited(tag: bytes, data: bytes) -> bytes:
     return tag + _varint(len(data)) + data
+
+
+_STATUSES = {code: _delimited(b"\x7a", encoded) for code, encoded in _CODES.items()}  # without a description
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -103,32 +117,82 @@ def _key(key: str) -> bytes:
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     """``attributes`` as repeated ``KeyValue`` fields numbered by ``tag``.
 
-    A text or integer value's whole pair is kept (``_pairs``, ``_numbers``): most are the same
-    from request to request (the operation, the provider, the model, the routing policy, the
-    engine, the status code, the token counts).
+    Most pairs are the same from request to request (the operation, the provider, the model,
+    the routing policy, the engine, the status code, the token counts): each one's whole field
+    (tag, length, ``KeyValue``) is kept by its key, value and the value's type (``True == 1 ==
+    1.0``, but each is written apart), and a span's are looked up in one pass in C (``map``);
+    only the pairs not kept yet are written here, one by one (:func:`_field`).
     """
     if not attributes:
         return b""
     if type(attributes) is BoundedAttributes:  # its own dict: the mapping's items() goes through __getitem__
         attributes = attributes._dict
-    parts = []
-    pairs, numbers = _pairs, _numbers
-    for key, value in attributes.items():
-        kind = type(value)
-        if kind is str or kind is int:  # (apart: True == 1 as a dict key, and "1" is not 1)
-            cache = pairs if kind is str else numbers
-            pair = cache.get((key, value))
-            if pair is None:
-                if len(cache) >= _MAX_PAIRS:
-                    cache.clear()
-                pair = _key(key) + _delimited(b"\x12", _any_value(value))
-                pair = cache[(key, value)] = _varint(len(pair)) + pair
-        else:
-            pair = _key(key) + _delimited(b"\x12", _any_value(value))
-            pair = _varint(len(pair)) + pair
-        parts.append(tag)
-        parts.append(pair)
+    cache = _fields.get(tag)
+    if cache is None:
+        cache = _fields[tag] = {}
+    try:
+        values = attributes.values()
+        fields = list(map(cache.get, zip(attributes, values, map(type, values), strict=False)))
+    except TypeError:  # a list or a map among the values (unhashable): all written here
+        fields = [None] * len(attributes)
+    missing = fields.count(None)
+    if missing:
+        items = list(attributes.items())
+        index = -1
+        for _ in range(missing):
+            index = fields.index(None, index + 1)
+            fields[index] = _field(cache, tag, *items[index])
+    return b"".join(fields)
+
+
+def _field(cache: dict, tag: bytes, key: str, value: Any) -> bytes:
+    """One attribute's field, kept in ``cache`` unless its value is unique to a request
+    (``UNIQUE_KEYS``), an array of anything but text, a map, or of a type of its own."""
+    field = _delimited(tag, _key(key) + _delimited(b"\x12", _any_value(value)))
+    kind = type(value)
+    if key in UNIQUE_KEYS or kind not in _KEPT:
+        return field
+    if kind is tuple and not all(type(item) is str for item in value):  # ((1,) == (True,))
+        return field
+    if len(cache) >= _MAX_PAIRS:
+        cache.clear()
+    cache[(key, value, kind)] = field
+    return field
+
+
+def encode_recorded(span) -> bytes:
+    """One of the gateway's own spans (a ``spans.Span``) as a ``Span`` message, without its field tag:
+    the bytes :func:`encode_span` writes for its ``ReadableSpan``, read from plain values."""
+    trace_id = span.trace_id
+    head = _IDS(0x0A10, trace_id >> 64, trace_id & _LOW64, 0x1208, span.span_id)
+    state = span.trace_state
+    if state:
+        head += _text(b"\x1a", ",".join(f"{key}={value}" for key, value in state.items()))
+    parent = span.parent_id
+    if parent is not None:
+        head += _PARENT(0x2208, parent)
+    name = span.name.encode("utf-8")
+    parts = [head, b"\x2a", _varint(len(name)), name, _KIND_FIELDS[span.kind._value_],
+             _TIMES(0x39, span.start, 0x41, span.end), _attributes(b"\x4a", span.attributes)]
+    events = span.events
+    if events:
+        for name, when, attributes in events:
+            parts.append(_delimited(b"\x5a", b"\x09" + _fixed64(when) + _text(b"\x12", name)
+                                    + _attributes(b"\x1a", attributes)))
+        if span.dropped_events:
+            parts.append(b"\x60" + _varint(span.dropped_events))
+    status = span.status
+    description = status.description
+    parts.append(_STATUSES[status.status_code] if not description else
+                 _delimited(b"\x7a", _text(b"\x12", description) + _CODES[status.status_code]))
+    parts.append(_FLAGS_REMOTE if parent is not None and span.remote_parent else _FLAGS_LOCAL)
     return b"".join(parts)
+
+
+def recorded_field(span) -> bytes:
+    """:func:`encode_recorded` as a ``ScopeSpans.spans`` field (tag and length): what a batch joins."""
+    body = encode_recorded(span)
+    return b"\x12" + _varint(len(body)) + body
 
 
 def _event(event) -> bytes:
@@ -192,22 +256,50 @@ def encode_span(span) -> bytes:
 
 
 class OtlpEncoder:
-    """Encodes batches of finished spans; a resource's and a scope's bytes are kept from batch to batch."""
+    """Encodes batches of finished spans; a resource's and a scope's bytes are kept from batch to batch.
+
+    A batch may hold the SDK's spans, the gateway's (``spans.Span``), and the gateway's already
+    encoded (``bytes``: :func:`recorded_field`, made as each span ended, so that the queue holds
+    bytes rather than objects the garbage collector walks), whose resource and scope are
+    ``origin``'s (the ``Tracing`` that owns the exporter sets it).
+    """
 
     def __init__(self) -> None:
         self._resources: dict[Any, bytes] = {}
         self._scopes: dict[Any, bytes] = {}
+        self.origin: tuple | None = None  # (resource, instrumentation scope) of the spans that come encoded
 
     def encode(self, spans: Sequence) -> bytes:
         """An ``ExportTraceServiceRequest``: the spans grouped by resource, then by instrumentation scope."""
         groups: dict[int, tuple[Any, dict[Any, list[bytes]]]] = {}  # by id: a Resource hashes through JSON
+        recorded: dict[int, tuple[tuple, list[bytes]]] = {}  # the gateway's spans, by their origin
+        encoded = [span for span in spans if type(span) is bytes]
+        if encoded:
+            recorded[id(self.origin)] = (self.origin, encoded)
+            if len(encoded) == len(spans):
+                spans = ()
         for span in spans:
+            if type(span) is bytes:
+                continue
+            if type(span) is Span:
+                origin = span.origin
+                bodies = recorded.get(id(origin))
+                if bodies is None:
+                    bodies = recorded[id(origin)] = (origin, [])
+                body = encode_recorded(span)
+                bodies[1].extend((b"\x12", _varint(len(body)), body))
+                continue
             body = encode_span(span)
             resource = span.resource
             group = groups.get(id(resource))
             if group is None:
                 group = groups[id(resource)] = (resource, {})
             group[1].setdefault(span.instrumentation_scope or None, []).extend((b"\x12", _varint(len(body)), body))
+        for (resource, scope), bodies in recorded.values():
+            group = groups.get(id(resource))
+            if group is None:
+                group = groups[id(resource)] = (resource, {})
+            group[1].setdefault(scope, []).extend(bodies)
         out = []
         for resource, scopes in groups.values():
             parts = [self._resource(resource)]

@@ -23,7 +23,7 @@ class GrpcExporter(OTLPSpanExporter):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._encoder = OtlpEncoder()
+        self.encoder = OtlpEncoder()
 
     def _translate_data(self, data: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-        return ExportTraceServiceRequest.FromString(self._encoder.encode(data))
+        return ExportTraceServiceRequest.FromString(self.encoder.encode(data))

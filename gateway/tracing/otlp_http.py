@@ -4,9 +4,10 @@ Everything else is the SDK's: the endpoint, headers, timeout, compression and TL
 (``OTEL_EXPORTER_OTLP_*``), the retries, the exporter's own metrics. Only the step that turns
 a batch of finished spans into an ``ExportTraceServiceRequest`` changes: the SDK builds it as
 protobuf objects (about 120 us per traced request: two spans, 30 attributes), ``OtlpEncoder``
-writes its bytes (about 25 us). ``export`` is the SDK's own (pinned version, constraints.txt)
-with that step swapped; tests/gateway/tracing/test_otlp_encoding.py sends through it to a
-receiver that decodes with ``opentelemetry-proto``. The gRPC one: ``otlp_grpc``.
+writes its bytes, or joins those the gateway's spans were encoded to as they ended. ``export``
+is the SDK's own (pinned version, constraints.txt) with that step swapped;
+tests/gateway/tracing/test_otlp_encoding.py sends through it to a receiver that decodes with
+``opentelemetry-proto``. The gRPC one: ``otlp_grpc``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class HttpExporter(OTLPSpanExporter):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._encoder = OtlpEncoder()
+        self.encoder = OtlpEncoder()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
@@ -35,7 +36,7 @@ class HttpExporter(OTLPSpanExporter):
             return SpanExportResult.FAILURE
         with self._metrics.export_operation(len(spans)) as result:
             try:
-                data = self._encoder.encode(spans)
+                data = self.encoder.encode(spans)
             except Exception as error:  # (the SDK's rule: a batch that cannot be encoded is dropped)
                 sdk_logger.error("Failed to encode span batch: %s", error)
                 result.error = error

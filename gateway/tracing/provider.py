@@ -2,7 +2,8 @@
 
 Off (``Tracing.from_settings`` returns None) unless an OTLP endpoint is set: then nothing of
 OpenTelemetry runs per request (the request path asks ``request.get(RequestTrace)``, a
-``None`` check). On, spans are handed to a ``BatchSpanProcessor`` whose queue is bounded
+``None`` check). On, spans (encoded as each ends, for the gateway's own OTLP exporters) go
+into the queue of the SDK's ``BatchSpanProcessor``, bounded
 (``OTEL_BSP_MAX_QUEUE_SIZE``; beyond it spans are dropped, never waited for) and whose export
 runs in the SDK's own thread with a timeout per attempt (``OTEL_EXPORTER_OTLP_TIMEOUT``): a
 slow or dead collector costs the request path nothing but that append. Stopping waits for the
@@ -15,16 +16,19 @@ The provider is the gateway's own, never installed as the global one: two apps i
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import SpanKind, TraceFlags, get_current_span
+from opentelemetry.trace import TraceFlags, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.config import Settings
 from gateway.tracing.conventions import Conventions
+from gateway.tracing.otlp_encoding import OtlpEncoder, recorded_field
 from gateway.tracing.request import RequestTrace
+from gateway.tracing.spans import MAX_EVENTS, SdkSpans, Span  # noqa: F401 (MAX_EVENTS: the tests import it from here)
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway without it never loads it)
     from opentelemetry.sdk.trace import TracerProvider
@@ -33,22 +37,22 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway with
 log = logging.getLogger("gateway.tracing")
 
 SHUTDOWN_SECONDS = 3.0
-MAX_EVENTS = 128  # a span's events: the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
 MAX_EXPORT_BATCH = 512
 # Requests not worth a trace: probes and scrapes, every few seconds from every prober.
 UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
 _propagator = TraceContextTextMapPropagator()
+_bits = random.getrandbits  # what the SDK's RandomIdGenerator draws ids with
 
 
 class Tracing:
     """The gateway's tracer; ``begin`` makes a request's :class:`RequestTrace`."""
 
-    def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions) -> None:
-        from opentelemetry.sdk.trace import Event, ReadableSpan
-        from opentelemetry.sdk.util import BoundedList
+    def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions,
+                 ratio: float = 1.0) -> None:
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+        from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-        self._span, self._event, self._events = ReadableSpan, Event, BoundedList
         self.provider = provider
         self.processor = processor
         self.conventions = conventions
@@ -56,6 +60,27 @@ class Tracing:
         self.ids = provider.id_generator
         self.random_ids = self.ids.is_trace_id_random()
         self.scope = InstrumentationScope("stack-gateway", schema_url=conventions.schema_url)  # = get_tracer's
+        self.origin = (provider.resource, self.scope)  # every span's resource and scope
+        # The sampler's decision, as ParentBased(TraceIdRatioBased(ratio)) makes it (a test compares them):
+        # a caller's sampled flag, else the trace id's low 64 bits under the ratio's bound.
+        self.bound = TraceIdRatioBased.get_bound_for_rate(ratio)
+        self.id_limit = TraceIdRatioBased.TRACE_ID_LIMIT
+        # The SDK's default ids are random.getrandbits (RandomIdGenerator): drawn here without its calls.
+        self.own_ids = type(self.ids) is RandomIdGenerator
+        # Spans go straight into the SDK batch processor's bounded queue (its schedule, flush, shutdown):
+        # ``BatchSpanProcessor.on_end`` only checks the sampled flag, which a recorded span has. To the
+        # gateway's OTLP exporters, encoded as they end (bytes: nothing left for the garbage collector
+        # to walk while they wait for the export); to others, as the ``Span``s they are.
+        self.enqueue = processor._batch_processor.emit
+        encoder = getattr(processor.span_exporter, "encoder", None)
+        if isinstance(encoder, OtlpEncoder):
+            encoder.origin = self.origin
+            self.finished = self._encoded
+        else:
+            self.finished = self.enqueue
+
+    def _encoded(self, span: Span) -> None:
+        self.enqueue(recorded_field(span))
 
     @classmethod
     def from_settings(cls, settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
@@ -71,6 +96,9 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
+        if not isinstance(getattr(exporter, "encoder", None), OtlpEncoder) \
+                and not getattr(exporter, "takes_recorded_spans", False):  # it wants the SDK's spans
+            exporter = SdkSpans(exporter)
         resource = Resource.create({"service.name": settings.otel_service_name})
         sampler = ParentBased(TraceIdRatioBased(settings.otel_traces_sampler_arg))
         provider = TracerProvider(resource=resource, sampler=sampler)
@@ -79,7 +107,8 @@ class Tracing:
                                        max_export_batch_size=min(MAX_EXPORT_BATCH, settings.otel_bsp_max_queue_size),
                                        export_timeout_millis=settings.otel_exporter_otlp_timeout)
         provider.add_span_processor(processor)
-        return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in))
+        return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in),
+                   settings.otel_traces_sampler_arg)
 
     def begin(self, request, scope) -> RequestTrace | None:
         """The server span of ``request`` (a ``RequestContext``), joined to the caller's ``traceparent``.
@@ -105,33 +134,38 @@ class Tracing:
                 parent = None
         method = scope["method"]
         name = f"{method} {path}"
-        trace_id = parent.trace_id if parent is not None else self.ids.generate_trace_id()
-        decision = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER)
-        sampled = decision.decision.is_sampled()
-        random = parent.trace_flags.random_trace_id if parent is not None else self.random_ids
-        flags = TraceFlags((TraceFlags.SAMPLED if sampled else 0) | (TraceFlags.RANDOM_TRACE_ID if random else 0))
+        if parent is not None:  # ParentBased: a caller's decision is followed, its trace state kept
+            trace_id = parent.trace_id
+            sampled = parent.trace_flags.sampled
+            trace_state = parent.trace_state
+            random_id = parent.trace_flags.random_trace_id
+        else:
+            trace_id = self.new_trace_id() if self.own_ids else self.ids.generate_trace_id()
+            sampled = trace_id & self.id_limit < self.bound
+            trace_state = None
+            random_id = self.random_ids
+        flags = (TraceFlags.SAMPLED if sampled else 0) | (TraceFlags.RANDOM_TRACE_ID if random_id else 0)
         attributes = {"http.request.method": method, "url.path": path,
                       "gateway.request_id": request.request_id} if sampled else {}
-        trace = RequestTrace(self, name, trace_id, self.ids.generate_span_id(), flags, decision.trace_state,
-                             parent, sampled, attributes)
+        trace = RequestTrace(self, name, trace_id, self.new_span_id(), flags, trace_state, parent, sampled,
+                             attributes)
         request.put(trace)
         request.add_response_header("x-trace-id", trace.trace_id)
         return trace
 
-    def finished(self, name: str, context, parent, kind: SpanKind, start: int, end: int, attributes: dict,
-                 events, status) -> None:
-        """A span of a request ended: the SDK's finished span, to the batch processor."""
-        self.processor.on_end(self._span(
-            name=name, context=context, parent=parent, resource=self.provider.resource, attributes=attributes,
-            events=events or (), kind=kind, status=status, start_time=start, end_time=end,
-            instrumentation_scope=self.scope))
+    def new_trace_id(self) -> int:
+        trace_id = _bits(128)
+        while not trace_id:  # (the invalid id, as RandomIdGenerator draws again)
+            trace_id = _bits(128)
+        return trace_id
 
-    def event(self, name: str, attributes: dict | None, when: int):
-        return self._event(name, attributes, when)
-
-    def events(self):
-        """A span's events, bounded as the SDK's own span bounds them (its default 128)."""
-        return self._events(MAX_EVENTS)
+    def new_span_id(self) -> int:
+        if not self.own_ids:
+            return self.ids.generate_span_id()
+        span_id = _bits(64)
+        while not span_id:
+            span_id = _bits(64)
+        return span_id
 
     def force_flush(self) -> None:
         self.processor.force_flush()

@@ -16,13 +16,15 @@ session store's flushes of the request's events (``stored``: one event per flush
 
 Never a prompt, a completion, a key or an end user's id.
 
-The spans are recorded as plain values (a name, times, a dict of attributes, a list of events)
-and become the SDK's ``ReadableSpan``s, handed to its batch processor, when they end: one SDK
-object per span. The SDK's live spans cost about 100 us per traced request here (two spans, 30
-attributes): each ``set_attribute(s)`` takes a lock and re-validates every value, each span a
-sampler call, a context, limits, locks. These values are the gateway's own (numbers and names
-it chose; text from a request is cut, e.g. an error message at 200 characters), under the SDK's
-default limit of 128 attributes a span. The sampler and the ids are still the provider's.
+The spans are recorded as plain values (``spans.Span``: a name, times, a dict of attributes, a
+list of events) and, when each ends, encoded as OTLP bytes (``otlp_encoding.recorded_field``)
+into the SDK batch processor's queue: no SDK span object at all. The SDK's live spans cost
+about 100 us per traced request here (two spans, 30 attributes): each ``set_attribute(s)``
+takes a lock and re-validates every value, each span a sampler call, a context, limits, locks;
+its ``ReadableSpan``s, made when spans ended, about a third of what was left. These values are
+the gateway's own (numbers and names it chose; text from a request is cut, e.g. an error
+message at 200 characters), under the SDK's default limit of 128 attributes a span. The
+sampling decision and the ids are the SDK's (``Tracing.begin``).
 """
 
 from __future__ import annotations
@@ -30,29 +32,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
+from gateway.tracing.spans import Span
 
-UNSET = Status(StatusCode.UNSET)
-
-
-class Child:
-    """A span under the server span (an engine call, a queue wait, a late store write) until it ends."""
-
-    __slots__ = ("name", "kind", "span_id", "start", "attributes", "status")
-
-    def __init__(self, name: str, kind: SpanKind, span_id: int, start: int, attributes: dict[str, Any]) -> None:
-        self.name, self.kind, self.span_id, self.start, self.attributes = name, kind, span_id, start, attributes
-        self.status = UNSET
+_now = time.time_ns
 
 
 class RequestTrace:
-    __slots__ = ("tracing", "trace_id_value", "span_id", "flags", "trace_state", "parent", "context", "sampled",
-                 "recording", "name", "start", "attributes", "events", "status", "trace_id", "operation", "model",
-                 "call", "attempts", "retries", "first_token")
+    __slots__ = ("tracing", "trace_id_value", "span_id", "flags", "trace_state", "parent", "sampled", "recording",
+                 "span", "trace_id", "operation", "model", "call", "attempts", "retries", "first_token")
 
-    def __init__(self, tracing, name: str, trace_id: int, span_id: int, flags: TraceFlags, trace_state,
+    def __init__(self, tracing, name: str, trace_id: int, span_id: int, flags: int, trace_state,
                  parent: SpanContext | None, sampled: bool, attributes: dict[str, Any]) -> None:
         self.tracing = tracing
         self.trace_id_value = trace_id
@@ -62,16 +54,14 @@ class RequestTrace:
         self.parent = parent  # the caller's span (from its traceparent), if any
         self.sampled = sampled  # recorded and exported
         self.recording = sampled  # ... and not ended yet: what's learnt goes on the server span
-        self.context = SpanContext(trace_id, span_id, False, flags, trace_state) if sampled else None
-        self.name = name
-        self.start = time.time_ns()
-        self.attributes = attributes
-        self.events = None  # the SDK's BoundedList of events, made at the first (most requests have none)
-        self.status = UNSET
+        # the server span (None: not sampled)
+        self.span = Span(tracing.origin, name, SpanKind.SERVER, trace_id, span_id, flags, trace_state,
+                         parent.span_id if parent is not None else None, parent is not None, _now(),
+                         attributes) if sampled else None
         self.trace_id = format(trace_id, "032x")
         self.operation: str | None = None
         self.model: str | None = None
-        self.call: Child | None = None  # the engine call in progress
+        self.call: Span | None = None  # the engine call in progress
         self.attempts = 0
         self.retries = 0
         self.first_token = False
@@ -87,8 +77,9 @@ class RequestTrace:
         self.operation, self.model = operation, model
         if not self.recording:
             return
-        self.name = f"{operation} {model}" if model else operation
-        attributes = self.attributes
+        span = self.span
+        span.name = f"{operation} {model}" if model else operation
+        attributes = span.attributes
         attributes.update(self.tracing.conventions.base(operation, model))
         attributes.update(request_attributes(data if data is not None else json_object(body)))
         if streamed:
@@ -98,9 +89,10 @@ class RequestTrace:
 
     def caller(self, key_id: str, team_id: str | None) -> None:
         if self.recording:
-            self.attributes["gateway.key_id"] = key_id
+            attributes = self.span.attributes
+            attributes["gateway.key_id"] = key_id
             if team_id is not None:
-                self.attributes["gateway.team_id"] = team_id
+                attributes["gateway.team_id"] = team_id
 
     # --- before the engine: the queue, the store ----------------------------------------------
     def queued(self, band: str, outcome: str, seconds: float, refusal: str | None = None) -> None:
@@ -116,10 +108,10 @@ class RequestTrace:
                                       "gateway.queue.wait_ms": int(seconds * 1000 + 0.5)}
         if refusal is not None:
             attributes["gateway.queue.refusal"] = refusal
-        self.attributes.update(attributes)
+        self.span.attributes.update(attributes)
         if seconds <= 0 and outcome == "dispatched":
             return
-        end = time.time_ns()
+        end = _now()
         wait = self._child("queue", SpanKind.INTERNAL, end - int(seconds * 1e9), dict(attributes))
         if refusal is not None:
             wait.status = Status(StatusCode.ERROR, refusal)
@@ -134,11 +126,11 @@ class RequestTrace:
         if error is not None:
             attributes["error.type"] = error
         if self.recording:
-            self._event("gateway.session.write", attributes)
+            self.span.add_event("gateway.session.write", attributes, _now())
             return
         if not self.sampled:
             return
-        end = time.time_ns()
+        end = _now()
         write = self._child("session.write", SpanKind.INTERNAL,
                             end - int(attributes["gateway.session.write_ms"] * 1e6), attributes)
         if error is not None:
@@ -158,10 +150,10 @@ class RequestTrace:
             return headers
         operation = operation_of(path)
         name = f"{operation} {self.model}" if operation and self.model else f"{method} {path}"
-        attributes = self.tracing.conventions.base(operation, self.model) if operation else {}
-        attributes.update(_receipt(engine, router))
+        attributes = dict(self.tracing.conventions.base(operation, self.model)) if operation else {}
+        _receipt(attributes, engine, router)
         attributes["gateway.engine.attempt"] = self.attempts
-        call = self.call = self._child(name, SpanKind.CLIENT, time.time_ns(), attributes)
+        call = self.call = self._child(name, SpanKind.CLIENT, _now(), attributes)
         headers["traceparent"] = f"00-{self.trace_id}-{call.span_id:016x}-{self.flags:02x}"
         if self.trace_state:
             headers["tracestate"] = self.trace_state.to_header()
@@ -176,16 +168,17 @@ class RequestTrace:
         self.retries += 1
         self._failed(call, kind, message)
         if self.recording:
-            self._event("gateway.engine.failed", {"error.type": kind})
+            self.span.add_event("gateway.engine.failed", {"error.type": kind}, _now())
 
     def first_bytes(self) -> None:
         """The stream's first token arrived."""
         if self.first_token or not self.recording:
             return
         self.first_token = True
-        now = time.time_ns()
-        self._event("gen_ai.first_token", None, now)
-        self.attributes["gen_ai.response.time_to_first_chunk"] = (now - self.start) / 1e9
+        now = _now()
+        span = self.span
+        span.add_event("gen_ai.first_token", None, now)
+        span.attributes["gen_ai.response.time_to_first_chunk"] = (now - span.start) / 1e9
 
     def continuing(self, engine_id: str | None, cause: str) -> None:
         """The stream's engine broke: the run goes on elsewhere (its next engine call follows)."""
@@ -194,8 +187,8 @@ class RequestTrace:
             self.call = None
             self._failed(call, "stream_broken", cause)
         if self.recording:
-            self._event("gateway.continuation", {"gateway.engine.from": engine_id or "none",
-                                                 "gateway.continuation.reason": cause[:200]})
+            self.span.add_event("gateway.continuation", {"gateway.engine.from": engine_id or "none",
+                                                         "gateway.continuation.reason": cause[:200]}, _now())
 
     # --- what came back -------------------------------------------------------------------
     def answered(self, status: int, answer: bytes | None) -> None:
@@ -210,7 +203,7 @@ class RequestTrace:
         if self.recording:
             attributes = self.tracing.conventions.usage(usage)
             if finish_reason is not None:
-                attributes["gen_ai.response.finish_reasons"] = [finish_reason]
+                attributes["gen_ai.response.finish_reasons"] = (finish_reason,)  # (as the SDK keeps a sequence)
             if self.model:
                 attributes["gen_ai.response.model"] = self.model  # (vLLM answers with the served name asked)
             attributes["gateway.stream.ending"] = how
@@ -222,9 +215,9 @@ class RequestTrace:
             call.attributes.update(attributes)
             if error is not None:
                 call.status = Status(StatusCode.ERROR, error[:200])
-            self._emit(call, time.time_ns())
+            self._emit(call, _now())
         if attributes and self.recording:
-            self.attributes.update(attributes)
+            self.span.attributes.update(attributes)
 
     def end(self, status: int) -> None:
         """The request ended with ``status``: the server span ends."""
@@ -233,55 +226,43 @@ class RequestTrace:
             if status >= 500:
                 self._failed(call, f"http_{status}", "the request failed")
             else:
-                self._emit(call, time.time_ns())
+                self._emit(call, _now())
         if not self.recording:
             return
         self.recording = False
-        attributes = self.attributes
+        span = self.span
+        attributes = span.attributes
         attributes["http.response.status_code"] = status
         attributes["gateway.engine.retries"] = self.retries
         if status >= 500:
-            self.status = Status(StatusCode.ERROR)
+            span.status = Status(StatusCode.ERROR)
             attributes["error.type"] = str(status)
-        self.tracing.finished(self.name, self.context, self.parent, SpanKind.SERVER, self.start, time.time_ns(),
-                              attributes, self.events, self.status)
-
-    def _event(self, name: str, attributes: dict[str, Any] | None, when: int | None = None) -> None:
-        """An event on the server span; past the SDK's default 128 (a long session's store flushes),
-        the oldest are dropped and counted, as the SDK's span does."""
-        if self.events is None:
-            self.events = self.tracing.events()
-        self.events.append(self.tracing.event(name, attributes, when or time.time_ns()))
+        span.end = _now()
+        self.tracing.finished(span)
 
     # --- the child spans -------------------------------------------------------------------
-    def _child(self, name: str, kind: SpanKind, start: int, attributes: dict[str, Any]) -> Child:
-        return Child(name, kind, self.tracing.ids.generate_span_id(), start, attributes)
+    def _child(self, name: str, kind: SpanKind, start: int, attributes: dict[str, Any]) -> Span:
+        return Span(self.tracing.origin, name, kind, self.trace_id_value, self.tracing.new_span_id(), self.flags,
+                    self.trace_state, self.span_id, False, start, attributes)
 
-    def _failed(self, child: Child, kind: str, message: str) -> None:
+    def _failed(self, child: Span, kind: str, message: str) -> None:
         child.attributes["error.type"] = kind
         child.status = Status(StatusCode.ERROR, message[:200])
-        self._emit(child, time.time_ns())
+        self._emit(child, _now())
 
-    def _emit(self, child: Child, end: int) -> None:
+    def _emit(self, child: Span, end: int) -> None:
         """``child`` ended at ``end``: to the batch processor (when this trace is sampled)."""
-        if not self.sampled:
-            return
-        context = SpanContext(self.trace_id_value, child.span_id, False, self.flags, self.trace_state)
-        self.tracing.finished(child.name, context, self.context, child.kind, child.start, end, child.attributes,
-                              None, child.status)
+        if self.sampled:
+            child.end = end
+            self.tracing.finished(child)
 
 
-def _receipt(engine, router) -> dict[str, Any]:
-    """Why this engine: the policy and its reason, the engine's load score and the runner-up's."""
-    attributes: dict[str, Any] = {"gateway.engine.id": engine.id}
-    url = engine.url("/")
-    if url.host:
-        attributes["server.address"] = url.host
-    if url.port:
-        attributes["server.port"] = url.port
+def _receipt(attributes: dict[str, Any], engine, router) -> None:
+    """Why this engine, into ``attributes``: the policy and its reason, the engine's load score and the runner-up's."""
+    attributes.update(_engine_attributes(engine))
     if router is None:
         attributes["gateway.routing.reason"] = "pinned"
-        return attributes
+        return
     attributes["gateway.routing.policy"] = router.policy.name
     reason = getattr(router, "last_reason", None)
     if reason is not None:
@@ -292,4 +273,22 @@ def _receipt(engine, router) -> dict[str, Any]:
     if others:
         attributes["gateway.routing.runner_up_score"] = float(min(others))
     attributes["gateway.routing.candidates"] = len(others) + 1
+
+
+_engines: dict[str, dict[str, Any]] = {}  # engine id -> its id, address and port as attributes
+
+
+def _engine_attributes(engine) -> dict[str, Any]:
+    """The engine's id, host and port: its URL parsed once per engine id (a dict kept, never to change)."""
+    attributes = _engines.get(engine.id)
+    if attributes is None:
+        attributes = {"gateway.engine.id": engine.id}
+        url = engine.url("/")
+        if url.host:
+            attributes["server.address"] = url.host
+        if url.port:
+            attributes["server.port"] = url.port
+        if len(_engines) >= 1024:  # (a fleet's engines are few; a bound all the same)
+            _engines.clear()
+        _engines[engine.id] = attributes
     return attributes

@@ -137,3 +137,97 @@ def test_the_grpc_exporter_sends_the_same_message():
         assert collector.requests == [encode_spans(spans)]
     finally:
         server.stop(None)
+
+
+class Recorded:
+    """An exporter that keeps the gateway's own spans (``spans.Span``) as the batch processor hands them."""
+
+    takes_recorded_spans = True
+
+    def __init__(self) -> None:
+        self.spans = []
+
+    def export(self, spans):
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def recorded_spans() -> list:
+    """A request's spans as the gateway records them: a caller's sampled traceparent and trace state,
+    a queue wait, a failed engine call, a second one that answered, events past the bound, a late write."""
+    from types import SimpleNamespace
+
+    from yarl import URL
+
+    from gateway.config import Settings
+    from gateway.http.context import RequestContext
+    from gateway.tracing.provider import MAX_EVENTS, Tracing
+
+    class Engine:
+        id = "http://10.0.0.7:8100"
+
+        def url(self, path: str) -> URL:
+            return URL(self.id + path)
+
+        def score(self) -> float:
+            return 2.5
+
+    exporter = Recorded()
+    tracing = Tracing.from_settings(Settings(otel_exporter_otlp_traces_endpoint="http://127.0.0.1:9/v1/traces"),
+                                    exporter=exporter)
+    path = "/v1/chat/completions"
+    scope = {"type": "http", "path": path, "method": "POST", "headers": [
+        (b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        (b"tracestate", b"vendor=abc,other=1")]}
+    request = RequestContext("req-1", scope=scope, principal=SimpleNamespace(key_id="k1", team_id="t1"))
+    trace = tracing.begin(request, scope)
+    trace.queued("batch", "dispatched", 0.25)
+    trace.generation(path, "qwen3", b'{"model": "qwen3", "max_tokens": 4, "temperature": 0.5, "stream": true}',
+                     session_id="s-1", streamed=True)
+    router = SimpleNamespace(policy=SimpleNamespace(name="least_load"), last_reason="least_load",
+                             last_affinity_hit=True, last_candidates=())
+    trace.engine_call(Engine(), "POST", path, {}, router)
+    trace.engine_failed("connect", "connection refused")
+    trace.engine_call(Engine(), "POST", path, {})
+    trace.first_bytes()
+    for flush in range(MAX_EVENTS + 2):
+        trace.stored({"gateway.session.events": flush, "gateway.session.write_ms": 1.5}, None)
+    trace.stream_ended("done", {"prompt_tokens": 3, "completion_tokens": 4,
+                                "prompt_tokens_details": {"cached_tokens": 2}}, "stop", None)
+    trace.caller("k1", "t1")
+    trace.end(200)
+    trace.stored({"gateway.session.events": 1, "gateway.session.write_ms": 2}, "timeout")
+    tracing.force_flush()
+    tracing.shutdown()
+    return exporter.spans
+
+
+def test_the_gateways_spans_encoded_as_they_end_decode_to_the_message_the_sdk_builds_from_them():
+    from gateway.tracing.otlp_encoding import recorded_field
+
+    spans = recorded_spans()
+    assert len(spans) == 5  # queue, failed call, call, server, late write
+    expected = encode_spans([span.readable() for span in spans])
+    encoder = OtlpEncoder()
+    encoder.origin = spans[0].origin
+    for _ in range(2):  # the second time from the kept fields
+        assert ExportTraceServiceRequest.FromString(encoder.encode([recorded_field(span) for span in spans])) \
+            == expected
+        assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == expected
+    server = next(span for span in expected.resource_spans[0].scope_spans[0].spans if span.kind == 2)
+    assert server.dropped_events_count == 4 and server.trace_state == "vendor=abc,other=1"  # (130 writes, 2 more)
+
+
+def test_a_key_seen_with_two_types_of_value_is_encoded_as_each_value_is():
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    context = SpanContext(1, 2, False, TraceFlags(1))
+    spans = [ReadableSpan("s", context, attributes={"gen_ai.request.temperature": value}, start_time=1, end_time=2)
+             for value in (1, True, 1.0, 1, "1", (1,), ("1",), [True], 1)]
+    encoder = OtlpEncoder()
+    for span in spans:  # one at a time: each after the kept fields of the ones before
+        assert ExportTraceServiceRequest.FromString(encoder.encode([span])) == encode_spans([span])

@@ -125,3 +125,16 @@ def test_after_the_server_span_ended_a_store_write_is_a_child_span_and_nothing_e
     assert "gateway.key_id" not in server.attributes and not server.events
     assert write.name == "session.write" and write.parent.span_id == server.context.span_id
     assert write.end_time - write.start_time == 3_000_000 and write.status.status_code == StatusCode.ERROR
+
+
+def test_the_sampling_decision_is_the_sdks_parent_based_ratio_sampler():
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    for ratio in (0.0, 0.25, 1.0):
+        tracing, _ = traced(ratio)
+        sdk = ParentBased(TraceIdRatioBased(ratio))
+        for _ in range(200):
+            _, trace = begin(tracing)
+            decision = sdk.should_sample(None, trace.trace_id_value, "POST " + PATH)
+            assert trace.sampled == decision.decision.is_sampled()
+        tracing.shutdown()

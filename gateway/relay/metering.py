@@ -272,6 +272,11 @@ class MeteredSink:
     async def write(self, block: bytes) -> None:
         metered = self._metered
         events = block.count(EVENT_END)
+        reservation = metered.reservation
+        if reservation.used + events <= reservation.granted:  # (Limiter.consume's answer without the call)
+            reservation.used += events
+            await self._sink.write(block)
+            return
         if await metered.consume(events):
             await self._sink.write(block)
             return

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -269,9 +269,19 @@ class MeteredSink:
     def __getattr__(self, name: str) -> Any:  # attach, detach, finish, refused, delivered, and a sink's own
         return getattr(self._sink, name)
 
-    async def write(self, block: bytes) -> None:
-        metered = self._metered
+    def write(self, block: bytes) -> Awaitable[None]:
+        """Awaited like a sink's ``write``. A read the reservation covers is counted here and the sink's own
+        ``write`` returned (Limiter.consume's answer without its call, and no coroutine of ours per read:
+        this runs for every engine read of a limited stream); beyond it, the limiter is asked."""
+        reservation = self._metered.reservation
         events = block.count(EVENT_END)
+        if reservation.used + events <= reservation.granted:
+            reservation.used += events
+            return self._sink.write(block)
+        return self._write_beyond(block, events)
+
+    async def _write_beyond(self, block: bytes, events: int) -> None:
+        metered = self._metered
         if await metered.consume(events):
             await self._sink.write(block)
             return

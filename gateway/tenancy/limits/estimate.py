@@ -64,6 +64,27 @@ def estimate(payload: dict | None, *, body_bytes: int = 0, generates: bool = Tru
 
 
 def _text_bytes(value: object, depth: int) -> int:
+    # The JSON types by exact type first (what a parsed body holds), each string of a list or an
+    # object counted in place: this runs for every request of a limited key.
+    kind = type(value)
+    if kind is str:
+        return len(value) if value.isascii() else len(value.encode())  # type: ignore[attr-defined]
+    if kind is list or kind is dict:
+        if depth >= MAX_DEPTH:
+            return 0
+        total = 0
+        items = value if kind is list else [item for key, item in value.items() if key not in _NOT_TEXT]  # type: ignore
+        for item in items:  # type: ignore[attr-defined]
+            if type(item) is str and item.isascii():
+                total += len(item)
+            else:
+                total += _text_bytes(item, depth + 1)
+        return total
+    return _other_bytes(value, depth)
+
+
+def _other_bytes(value: object, depth: int) -> int:
+    """``_text_bytes`` of anything else (a subclass of a JSON type, as a feature's payload may hold)."""
     if isinstance(value, str):
         return len(value.encode()) if not value.isascii() else len(value)
     if isinstance(value, bool) or value is None:

@@ -30,22 +30,25 @@ def retry_after(seconds: float | None) -> str | None:
     return None if seconds is None else str(max(1, math.ceil(seconds)))
 
 
-# OpenAI's header names, encoded once (the headers go on every answer of a limited key).
-_OPENAI_NAMES = {kind: (f"x-ratelimit-limit-{kind}".encode(), f"x-ratelimit-remaining-{kind}".encode(),
-                        f"x-ratelimit-reset-{kind}".encode()) for kind in ("requests", "tokens")}
+# OpenAI's header names and the budget's, encoded once (the headers go on every answer of a limited key).
+_REQUESTS = (b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests")
+_TOKENS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
+_BUDGET = (b"x-gateway-budget-limit", b"x-gateway-budget-remaining", b"x-gateway-budget-reset")
 
 
 def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
+    # Written out, not looped over the kinds: one call per answer of a limited key.
     headers: list[tuple[bytes, bytes]] = []
-    for names, limit, remaining, reset in ((_OPENAI_NAMES["requests"], rate.requests_limit, rate.requests_remaining,
-                                            rate.requests_reset),
-                                           (_OPENAI_NAMES["tokens"], rate.tokens_limit, rate.tokens_remaining,
-                                            rate.tokens_reset)):
-        if limit is not None:
-            headers += ((names[0], b"%d" % limit), (names[1], b"%d" % remaining),
-                        (names[2], duration(reset or 0.0).encode()))
+    if rate.requests_limit is not None:
+        headers += ((_REQUESTS[0], b"%d" % rate.requests_limit), (_REQUESTS[1], b"%d" % rate.requests_remaining),
+                    (_REQUESTS[2], duration(rate.requests_reset or 0.0).encode()))
+    if rate.tokens_limit is not None:
+        headers += ((_TOKENS[0], b"%d" % rate.tokens_limit), (_TOKENS[1], b"%d" % rate.tokens_remaining),
+                    (_TOKENS[2], duration(rate.tokens_reset or 0.0).encode()))
     if rate.budget_limit is not None:
-        headers += _encoded(_budget(rate))
+        headers += ((_BUDGET[0], str(rate.budget_limit).encode()), (_BUDGET[1], str(rate.budget_remaining).encode()))
+        if rate.budget_reset is not None:
+            headers.append((_BUDGET[2], duration(rate.budget_reset).encode()))
     return headers
 
 

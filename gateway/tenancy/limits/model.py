@@ -21,6 +21,7 @@ month, or in total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gateway.tenancy.model import ScopeLimits
 
@@ -35,23 +36,29 @@ class Scope:
     limits: ScopeLimits
 
 
-@dataclass(frozen=True, slots=True)
 class Demand:
-    scopes: tuple[Scope, ...]
-    tag: str          # every scope's counters live under this Redis hash tag (one slot in a cluster)
-    tokens: int       # at most: prompt + max_tokens
-    min_tokens: int   # at least: the prompt + 1
+    """One request's demand. Its scopes and tag are a key's (``demand.demand_for`` builds them once per
+    key, so the Redis limiter finds their packed form by identity); ``limited`` is said once with them."""
 
-    @property
-    def limited(self) -> bool:
-        return any(not scope.limits.empty for scope in self.scopes)
+    __slots__ = ("scopes", "tag", "tokens", "min_tokens", "limited")
+
+    def __init__(self, scopes: tuple[Scope, ...], tag: str, tokens: int, min_tokens: int,
+                 limited: bool | None = None) -> None:
+        self.scopes = scopes
+        self.tag = tag            # every scope's counters live under this Redis hash tag (one slot in a cluster)
+        self.tokens = tokens      # at most: prompt + max_tokens
+        self.min_tokens = min_tokens  # at least: the prompt + 1
+        self.limited = any(not scope.limits.empty for scope in scopes) if limited is None else limited
+
+    def __repr__(self) -> str:
+        return f"Demand(scopes={self.scopes!r}, tag={self.tag!r}, tokens={self.tokens}, min_tokens={self.min_tokens})"
 
 
-@dataclass(frozen=True, slots=True)
-class RateInfo:
+class RateInfo(NamedTuple):
     """The tightest figures over the demand's scopes, for ``x-ratelimit-*`` / ``anthropic-ratelimit-*``.
 
-    ``None``: no scope has a limit of that kind. Resets are seconds from now.
+    ``None``: no scope has a limit of that kind. Resets are seconds from now. A named tuple: one
+    is built per request of a limited key, 3-4 times faster than a frozen dataclass (timeit).
     """
 
     requests_limit: int | None = None

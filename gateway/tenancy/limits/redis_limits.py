@@ -44,23 +44,28 @@ _PACKED_MAX = 10_000
 
 
 class _Packed:
-    """A demand's keys and limits in RESP form, packed once per distinct demand shape (they repeat per key)."""
+    """A demand's keys and limits in RESP form, packed once per key: found by its scopes' identity.
+
+    ``demand_for`` gives every request of a key the same scopes tuple (built once per key), so the
+    lookup is one dict get on an int; scopes built otherwise are packed again (the same bytes).
+    """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, tuple[int, bytes, bytes]] = {}
+        self._cache: dict[int, tuple[tuple, str, int, bytes, bytes]] = {}
 
     def __call__(self, demand: Demand) -> tuple[int, bytes, bytes]:
         """(how many arguments the two fragments hold, the key count and keys packed, the limits packed)."""
-        shape = (demand.tag, demand.scopes)
-        packed = self._cache.get(shape)
-        if packed is None:
+        scopes = demand.scopes
+        packed = self._cache.get(id(scopes))
+        if packed is None or packed[0] is not scopes or packed[1] != demand.tag:
             keys = _keys(demand)
             if len(self._cache) >= _PACKED_MAX:
                 self._cache.clear()
             limits = _limit_args(demand)
-            packed = self._cache[shape] = (1 + len(keys) + len(limits), _pack_args((len(keys), *keys)),
-                                           _pack_args(tuple(limits)))
-        return packed
+            # (holding ``scopes`` keeps its id from being reused while it is here)
+            packed = self._cache[id(scopes)] = (scopes, demand.tag, 1 + len(keys) + len(limits),
+                                                _pack_args((len(keys), *keys)), _pack_args(tuple(limits)))
+        return packed[2], packed[3], packed[4]
 
 
 class _ReservationIds:
@@ -108,18 +113,23 @@ def _seconds(value: int) -> float | None:
     return None if value < 0 else value / 1000
 
 
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
 def _rate(reply: list) -> RateInfo:
     """The reply's figures (limit, remaining, reset ms per kind; limit -1: none), built positionally:
-    once per request, and keyword arguments from a merged dict cost three times as much."""
-    values: list = []
-    for at in (6, 9, 12):
-        limit = reply[at]
-        if limit >= 0:
-            remaining = reply[at + 1]
-            values += (limit, remaining if remaining > 0 else 0, _seconds(reply[at + 2]))
-        else:
-            values += (None, None, None)
-    return RateInfo(*values)
+    once per request of a limited key, so written out rather than looped."""
+    limit, remaining, reset = reply[6], reply[7], reply[8]
+    requests = (None, None, None) if limit < 0 else (limit, remaining if remaining > 0 else 0,
+                                                     None if reset < 0 else reset / 1000)
+    limit, remaining, reset = reply[9], reply[10], reply[11]
+    tokens = (None, None, None) if limit < 0 else (limit, remaining if remaining > 0 else 0,
+                                                   None if reset < 0 else reset / 1000)
+    limit, remaining, reset = reply[12], reply[13], reply[14]
+    if limit < 0:
+        return RateInfo(*requests, *tokens)
+    return RateInfo(*requests, *tokens, limit, remaining if remaining > 0 else 0, None if reset < 0 else reset / 1000)
 
 
 class RedisLimits:
@@ -128,14 +138,17 @@ class RedisLimits:
         self.lease_ms = int(lease_seconds * 1000)
         self._packed = _Packed()
         self._ids = _ReservationIds()
+        # The arguments every call ends with before the limits (the lease, the window), packed once.
+        self._tail = _pack_args((self.lease_ms, WINDOW_SECONDS))
         client.preload += [ADMIT, ADJUST]  # on every new connection: settle sends without a reply to retry on
 
     async def admit(self, demand: Demand) -> tuple[Reservation, list[int]]:
         """The reservation and, per scope, its budget's use after it (-1: no budget), or ``RateLimited``."""
         reservation_id = self._ids.next()
         count, keys, limits = self._packed(demand)
-        body = keys + _pack_args((reservation_id, demand.tokens, demand.min_tokens, self.lease_ms,
-                                  WINDOW_SECONDS)) + limits
+        # (reservation id, tokens, min tokens, lease, window): ARGV as admit.lua reads it
+        body = b"".join((keys, _bulk(reservation_id.encode()), _bulk(b"%d" % demand.tokens),
+                         _bulk(b"%d" % demand.min_tokens), self._tail, limits))
         reply = await self.client.evalsha_packed(ADMIT, count + 5, body)
         rate = _rate(reply)  # type: ignore[arg-type]
         if reply[0] != 1:  # type: ignore[index]
@@ -156,16 +169,16 @@ class RedisLimits:
         The script is loaded on every new connection (``preload``); a server that lost it without a
         reconnection (``SCRIPT FLUSH``) makes the settle fail, counted in ``failed_unawaited``.
         """
-        demand = reservation.demand
-        count, keys, limits = self._packed(demand)
-        mode = _SETTLE if ran else _SETTLE_NOT_RUN
-        body = keys + _pack_args((reservation.id, mode, used - reservation.granted, reservation.second,
-                                  self.lease_ms, WINDOW_SECONDS)) + limits
-        self.client.evalsha_nowait(ADJUST, count + 6, body)
+        count, body = self._adjust_body(reservation, _SETTLE if ran else _SETTLE_NOT_RUN, used - reservation.granted)
+        self.client.evalsha_nowait(ADJUST, count, body)
 
     async def _adjust(self, reservation: Reservation, mode: int, tokens: int) -> list:
-        demand = reservation.demand
-        count, keys, limits = self._packed(demand)
-        body = keys + _pack_args((reservation.id, mode, tokens, reservation.second, self.lease_ms,
-                                  WINDOW_SECONDS)) + limits
-        return await self.client.evalsha_packed(ADJUST, count + 6, body)  # type: ignore
+        count, body = self._adjust_body(reservation, mode, tokens)
+        return await self.client.evalsha_packed(ADJUST, count, body)  # type: ignore
+
+    def _adjust_body(self, reservation: Reservation, mode: int, tokens: int) -> tuple[int, bytes]:
+        count, keys, limits = self._packed(reservation.demand)
+        # (reservation id, mode, tokens, second, lease, window): ARGV as adjust.lua reads it
+        return count + 6, b"".join((keys, _bulk(reservation.id.encode()), b"$1\r\n%d\r\n" % mode,
+                                    _bulk(b"%d" % tokens), _bulk(b"%d" % reservation.second), self._tail,
+                                    limits))

@@ -117,6 +117,7 @@ class RedisClient:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task | None = None
         self._shas: dict[str, str] = {}
+        self._heads: dict[tuple[str, int], bytes] = {}
         self.failed_unawaited = 0
         self.preload: list[str] = []  # scripts loaded on every new connection
 
@@ -166,7 +167,7 @@ class RedisClient:
 
     async def evalsha_packed(self, script: str, count: int, body: bytes) -> object:
         """``EVALSHA`` of ``script`` whose ``count`` further arguments are already packed in ``body``."""
-        head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (count + 2, self.sha(script).encode())
+        head = self._head(script, count)
         try:
             return await self.send(head + body)
         except RedisReplyError as exc:
@@ -177,7 +178,17 @@ class RedisClient:
 
     def evalsha_nowait(self, script: str, count: int, body: bytes) -> None:
         """``evalsha_packed`` without awaiting the reply (the script must be loaded: it is once admitted)."""
-        self.send_nowait(b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (count + 2, self.sha(script).encode()) + body)
+        self.send_nowait(self._head(script, count) + body)
+
+    def _head(self, script: str, count: int) -> bytes:
+        """``EVALSHA <sha>`` of ``script`` with ``count`` arguments to follow, in RESP (made once per pair)."""
+        head = self._heads.get((script, count))
+        if head is None:
+            if len(self._heads) >= 1024:
+                self._heads.clear()
+            head = self._heads[(script, count)] = (b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n"
+                                                   % (count + 2, self.sha(script).encode()))
+        return head
 
     def sha(self, script: str) -> str:
         sha = self._shas.get(script)

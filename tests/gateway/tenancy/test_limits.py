@@ -180,3 +180,29 @@ async def test_a_key_without_limits_costs_no_call():
 
 def test_a_prompt_is_bounded_by_its_bytes_plus_the_template():
     assert prompt_bound(100, messages=2) == 100 + 16 + 16
+
+
+async def test_a_keys_changed_limits_apply_to_its_next_request(limiter):
+    # A key's scopes (and on Redis their packed keys and limits) are built once per key and kept while
+    # its Limits and team are the same objects: a PATCH resolves to new ones, used at once.
+    assert await admitted(limiter, demand(Limits(rpm=2)), 5) == 2
+    assert await admitted(limiter, demand(Limits(rpm=4)), 5) == 2  # the window holds 2 already
+    ten, team = Limits(rpm=10), TeamLimits("team_t", Limits(rpm=1))
+    await limiter.admit(demand(ten))
+    await limiter.admit(demand(ten, team=team))  # the same limits, now in a team: the team counts it
+    with pytest.raises(RateLimited) as refused:
+        await limiter.admit(demand(Limits(rpm=10), key="key_b", team=team))
+    assert refused.value.scope == "team:team_t"
+
+
+def test_a_keys_scopes_are_built_once_while_its_limits_stay():
+    limits, team = Limits(rpm=5, end_user=ScopeLimits(rpm=1)), TeamLimits("team_t", Limits(tpm=100))
+    first = demand(limits, team=team, user="alice", prompt=5)
+    again = demand(limits, team=team, user="alice", prompt=50)
+    assert again.scopes is first.scopes and (again.tokens, again.min_tokens) == (70, 51)
+    assert [scope.name for scope in first.scopes] == ["team:team_t", "key:key_a", "user:key_a:alice"]
+    assert demand(limits, team=team, user="bob").scopes[2].name == "user:key_a:bob"
+    changed = demand(Limits(rpm=5), team=team, user="alice")
+    assert changed.scopes is not first.scopes and [scope.name for scope in changed.scopes] == ["team:team_t",
+                                                                                               "key:key_a"]
+    assert not demand(Limits()).limited and first.limited

@@ -77,6 +77,35 @@ async def test_a_429_is_said_plainly_while_another_request_of_the_key_is_in_flig
     visit.check_clean(ADMIN_KEY, READ_KEY)
 
 
+async def test_stop_works_while_the_request_still_waits_for_its_engine(fake_engine_gateway, open_playground):
+    engine = fake_engine_gateway.engine
+    engine.mode = "hang"  # the engine takes the request and never answers: no response head, ever
+    visit = await open_playground(fake_engine_gateway, key=READ_KEY)
+    page = visit.page
+    heads: list[int] = []
+    page.on("response", lambda r: heads.append(r.status)
+            if r.request.method == "POST" and r.url.endswith("/v1/chat/completions") else None)
+    await page.fill("#chat-input", "Hello")
+    await page.click("#chat-send")
+    # Enabled with no response at all: the page named the session, so a cancel can reach it.
+    await expect(page.locator("#chat-stop")).to_be_enabled()
+    deadline = asyncio.get_running_loop().time() + WAIT / 1000
+    while not any(r.path.endswith("/chat/completions") for r in engine.received):  # the engine has it
+        assert asyncio.get_running_loop().time() < deadline, "the request never reached the engine"
+        await asyncio.sleep(0.05)
+    assert heads == []
+    await page.click("#chat-stop")
+    answer = page.locator("#chat-transcript li.msg.assistant").last
+    await expect(answer).to_have_attribute("data-ending", "stopped")
+    await expect(page.locator("#chat-status")).to_have_text("Stopped: the generation was cancelled.")
+    await asyncio.wait_for(engine.request_aborted.wait(), WAIT / 1000)  # the engine request was closed
+    assert heads == [200]  # the stream's head came with its cancelled ending
+    cancels = [r for r in visit.requests if r.method == "POST" and "/v1/cancel/" in r.url]
+    assert len(cancels) == 1
+    await expect(page.locator("#chat-send")).to_be_enabled()
+    visit.check_clean(ADMIN_KEY, READ_KEY)
+
+
 async def test_at_phone_width_nothing_scrolls_sideways_and_the_keyboard_reaches_everything(
     fake_engine_gateway, open_playground
 ):

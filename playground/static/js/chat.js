@@ -98,7 +98,10 @@ export function initChat() {
   function updateButtons() {
     const live = state.live;
     sendButton.disabled = reading || Boolean(live);
-    stopButton.disabled = !(reading && live && live.opened);
+    // The page names the session itself, so Stop (a cancel by session id) works from the moment
+    // the request is sent: also while it waits for its engine (queued, or an engine slow to answer).
+    // Without a session, Stop closes the connection, which needs the response to have started.
+    stopButton.disabled = !(reading && live && !live.stopping && (live.opened || live.sessionId));
     resumeButton.hidden = !(live && !reading);
     clearButton.disabled = reading;
   }
@@ -273,7 +276,10 @@ export function initChat() {
       return refused(error, { first });
     }
     if (first) live.addedMs = gatewayAddedMs(response);
-    else live.resumes += 1;
+    else {
+      live.resumes += 1;
+      live.stopping = false;  // (a Stop in flight before a reload: this page may stop it again)
+    }
     live.opened = true;
     updateButtons();
     let announced = !first;
@@ -416,8 +422,9 @@ export function initChat() {
 
   async function stop() {
     const live = state.live;
-    if (!live) return;
-    stopButton.disabled = true;
+    if (!live || live.stopping) return;
+    live.stopping = true;
+    updateButtons();
     setStatus(status, "Stopping…");
     if (!live.sessionId) {
       live.stoppedByClosing = true;
@@ -428,6 +435,7 @@ export function initChat() {
       const { data } = await requestJson(`/v1/cancel/${encodeURIComponent(live.sessionId)}`, { method: "POST" });
       if (!data.cancelled) setStatus(status, `The generation had already ended (${data.status ?? "ended"}).`);
     } catch (error) {
+      live.stopping = false;
       setStatus(status, `Stop failed: ${error.message}`, { error: true });
       updateButtons();
     }

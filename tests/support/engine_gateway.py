@@ -70,19 +70,19 @@ class EngineProbe:
         return parse_prometheus(response.text).get(name, 0.0)
 
     async def running_after_a_step(self) -> float:
-        """``vllm:num_requests_running`` as of a step the engine has just made.
-
-        vLLM's CPU build hands a running request's outputs (and with them its gauges and
-        counters) to its API server in bursts: a 6,000-token stream was seen with the gauge at 0
-        and the token counter unchanged for 12 s while it generated. A one-token request made
-        now and answered returns only after the engine stepped and the API server processed that
-        step's outputs, so the gauge read after it counts every request running at that step.
-        """
+        """``vllm:num_requests_running`` as of a step the engine has just made (``EngineHandle``
+        says why: a starved vLLM API server updates its gauges in bursts)."""
         response = await self.client.post(
             f"{self.engine.base_url}/v1/chat/completions", headers=self.engine.headers,
             json={"model": self.engine.model, "messages": [{"role": "user", "content": "a"}], "max_tokens": 1})
         response.raise_for_status()
         return await self.metric("vllm:num_requests_running")
+
+    async def wait_until_nothing_runs(self, *, timeout: float) -> None:
+        """Return once nothing runs in the engine as of a step it just made; fail after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while (running := await self.running_after_a_step()) != 0:
+            assert time.monotonic() < deadline, f"{running:.0f} request(s) still running in vLLM after {timeout}s"
 
     async def wait_for(self, name: str, predicate, *, timeout: float) -> float:
         """Poll until ``predicate(value)``; return how long it took."""

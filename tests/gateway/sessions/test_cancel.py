@@ -8,7 +8,7 @@ import time
 import openai
 import pytest
 
-from tests.support.engine_gateway import RUNNING, engine_chat_body, engine_session_settings
+from tests.support.engine_gateway import engine_chat_body, engine_session_settings
 from tests.support.gateway import running_gateway
 from tests.support.sse_client import fresh_client, read_stream
 from tests.support.waiting import until
@@ -29,10 +29,10 @@ async def test_cancel_aborts_vllm_ends_every_listener_and_frees_the_session(idle
         await until(lambda: (s := app.state.sessions.local("local", "cancel-me")) is not None and s.log.next_index > 10)
         follower = asyncio.create_task(read_stream(client, "GET", "/v1/sessions/cancel-me/events"))
         await until(lambda: app.state.sessions.local("local", "cancel-me").consumers == 2)
-        await probe.wait_for(RUNNING, lambda v: v == 1, timeout=30)
+        assert await probe.running_after_a_step() == 1  # (its events show it generating: vLLM says so too)
         answer = await client.post("/v1/cancel/cancel-me")
         # Bounded for the test's sake only: what proves the abort is the token count below.
-        await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+        await probe.wait_until_nothing_runs(timeout=60)
         generated = await probe.metric(GENERATED) - before
         a, b = await owner, await follower
         reused = await read_stream(client, "POST", "/v1/chat/completions",
@@ -66,7 +66,7 @@ async def test_openai_sdk_client_without_session_id_leaving_aborts_vllm_at_once(
             if seen == 5:
                 break
         await stream.close()
-        await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+        await probe.wait_until_nothing_runs(timeout=60)
         generated = await probe.metric(GENERATED) - before
         await sdk.close()
         metrics = app.state.gateway.metrics
@@ -93,7 +93,7 @@ async def test_a_named_session_outlives_its_client_then_is_cancelled_upstream(id
         alone = session.log.next_index - produced_then
         await until(lambda: not session.live, timeout=15)
         stopped_after = session.ended_at - left_at
-        await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+        await probe.wait_until_nothing_runs(timeout=60)
         replay = await read_stream(client, "GET", "/v1/sessions/orphan-ok/events",
                                    headers={"Last-Event-ID": got.last_id})
     assert alone > 20  # it went on generating with nobody connected

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from tests.support.engine_gateway import RUNNING, engine_chat_body
+from tests.support.engine_gateway import engine_chat_body
 from tests.support.gateway_process import GatewayProcess
 from tests.support.sse_client import fresh_client, read_stream
 from tests.support.waiting import until
@@ -83,7 +83,7 @@ async def test_killed_gateway_the_persisted_part_replays_then_an_explicit_error_
     assert seen.cut and not any(event.done for event in seen.events)
     assert await asyncio.to_thread(persisted_events, db) == stored < len(seen.events)
     # The dead gateway's connection to vLLM closed with it: the engine aborts the generation.
-    await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+    await probe.wait_until_nothing_runs(timeout=60)
     assert await probe.metric(GENERATED) - generated_before < LONG / 2
 
     second = await GatewayProcess(engine, tmp_path / "gw2.log", **env).start()
@@ -131,7 +131,7 @@ async def test_stopped_gateway_ends_its_generations_before_exiting(idle_vllm_eng
         assert await first.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
     finally:
         await first.stop(signal.SIGKILL)
-    await probe.wait_for(RUNNING, lambda v: v == 0, timeout=60)
+    await probe.wait_until_nothing_runs(timeout=60)
 
     second = await GatewayProcess(engine, tmp_path / "gw2.log", **env).start()
     try:

@@ -150,7 +150,7 @@ def test_a_client_that_leaves_a_stream_aborts_the_engine(gateway_url, idle_vllm_
                       timeout=60) as reply:
         seen = [line for _, line in zip(range(30), reply.iter_lines(), strict=False)]
         assert "event: content_block_delta" in seen
-    wait_for_metric(engine, RUNNING, lambda v: v == 0, timeout=10)
+    engine.wait_until_nothing_runs(timeout=15)
     generated = engine.metrics()[GENERATED] - before
     assert 0 < generated < 8000
 

@@ -63,7 +63,7 @@ async def test_stream_disconnect_aborts_generation(gateway, idle_vllm_engine):
                     break
     # Bounded for the test's sake only (a generation run to its end also stops running): what
     # proves the abort is that the engine generated far fewer tokens than asked.
-    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
+    await engine.await_nothing_runs(timeout=60)
     generated = (await engine.ametrics())["vllm:generation_tokens_total"] - before
     assert generated < LONG / 2, f"the engine generated {generated} tokens for a client that left"
 
@@ -81,7 +81,7 @@ async def test_non_streamed_disconnect_aborts_generation(gateway, idle_vllm_engi
                                  f"{getattr(answer, 'text', '')[:300]}") from None
         pending.cancel()  # closes the connection
         await asyncio.gather(pending, return_exceptions=True)
-    await wait_for_metric(engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
+    await engine.await_nothing_runs(timeout=60)
     generated = (await engine.ametrics())["vllm:generation_tokens_total"] - before
     assert generated < LONG / 2, f"the engine generated {generated} tokens for a client that left"
 
@@ -95,7 +95,7 @@ async def test_aborted_stream_usage_is_still_counted(gateway, idle_vllm_engine):
                 seen += line.startswith("data: ")
                 if seen >= 10:
                     break
-        await wait_for_metric(idle_vllm_engine, "vllm:num_requests_running", lambda v: v == 0, timeout=60)
+        await idle_vllm_engine.await_nothing_runs(timeout=60)
         deadline = time.monotonic() + 30
         while True:
             metrics = (await client.get(gateway + "/metrics", headers={"authorization": f"Bearer {WRITE_KEY}"})).text

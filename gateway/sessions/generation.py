@@ -49,6 +49,7 @@ class Generation:
         self.run: Run | None = None  # the run producing it (its engine stream, its task)
         self.trace = None  # its request's trace (``gateway.tracing``), if traced: the store writer's events
         self.disconnect_timer: asyncio.TimerHandle | None = None
+        self.unanswered_since: float | None = None  # loop time the store first could not say who follows
         self.created_at = time.time()
         self.ended_at: float | None = None
         self.choices = choices

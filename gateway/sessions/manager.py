@@ -442,6 +442,7 @@ class SessionManager:
         if not generation.live:
             self._evict_if_idle(generation)
             return
+        generation.unanswered_since = None
         delay = self.settings.cancel_after_disconnect_seconds if generation.named else 0.0
         if delay > 0:
             generation.disconnect_timer = asyncio.get_running_loop().call_later(delay, self._alone_too_long, generation)
@@ -461,14 +462,25 @@ class SessionManager:
 
     async def _stop_unless_followed_elsewhere(self, generation: Generation) -> None:
         try:
-            followed = await self.store.has_listener(generation.gen_id)
+            followed: bool | None = await self.store.has_listener(generation.gen_id)
         except Exception:
-            followed = False
+            followed = None  # the store could not say
         if generation.consumers or not generation.live:
             return
+        loop = asyncio.get_running_loop()
+        if followed is None:
+            # A store that cannot answer is no proof that nobody follows (a follower on another
+            # replica renews its lease through that same store): ask again, for as long as a
+            # follower's lease lasts; a store failing longer than that stops it as unfollowed.
+            since = generation.unanswered_since = generation.unanswered_since or loop.time()
+            if loop.time() - since < self.persistence.listener_lease:
+                generation.disconnect_timer = loop.call_later(self.persistence.check_interval, self._alone_too_long,
+                                                              generation)
+                return
+        generation.unanswered_since = None
         if followed:
-            generation.disconnect_timer = asyncio.get_running_loop().call_later(
-                self.persistence.check_interval, self._alone_too_long, generation)
+            generation.disconnect_timer = loop.call_later(self.persistence.check_interval, self._alone_too_long,
+                                                          generation)
         else:
             generation.stop(DISCONNECT_TIMEOUT)
 

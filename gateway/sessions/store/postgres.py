@@ -78,6 +78,10 @@ _SESSION_COLUMNS = f"""
     FROM stream_sessions s LEFT JOIN stream_replicas r ON r.replica = s.replica
 """
 
+# A new generation of the session replaces the row; the same generation written again (the
+# writer's first flush of a claimed, named one) changes nothing: resetting it wiped a follower's
+# listener lease taken meanwhile on another replica (and a cancel asked meanwhile), and the
+# producer then stopped a generation that was being followed.
 _UPSERT_GENERATION = f"""
 INSERT INTO stream_sessions (owner, session_id, gen_id, status, named, replica, dialect, created_at, updated_at)
 VALUES ($1, $2, $3, 'live', $4, $5, $6, {NOW}, {NOW})
@@ -85,6 +89,7 @@ ON CONFLICT (owner, session_id) DO UPDATE SET
     gen_id = excluded.gen_id, status = 'live', how = NULL, count = 0, named = excluded.named,
     replica = excluded.replica, dialect = excluded.dialect, created_at = excluded.created_at,
     updated_at = excluded.updated_at, listener_until = 0, cancel_requested = false
+    WHERE stream_sessions.gen_id <> excluded.gen_id
 """
 
 

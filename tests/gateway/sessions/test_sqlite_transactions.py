@@ -74,3 +74,17 @@ async def test_a_flush_meeting_another_connections_write_is_not_refused_with_dat
         sqlite_store._writer.executemany = real
         other.close()
     assert other_wrote == [False]
+
+
+async def test_the_writer_writing_a_claimed_generation_again_keeps_its_follower_lease(sqlite_store):
+    # A named generation is claimed (its row written), a follower on another replica takes its
+    # listener lease, then the producer's writer flushes the generation's row again: the lease
+    # stays (it was wiped: the producer then stopped a generation that was being followed).
+    claimed = NewGeneration("owner", "kept", 8, True)
+    await sqlite_store.claim(claimed)
+    await sqlite_store.touch_listener(8, 30)
+    await sqlite_store.write(Batch(generations=[claimed]))
+    assert await sqlite_store.has_listener(8)
+    # A new generation of the same session still replaces the row, lease included.
+    await sqlite_store.write(Batch(generations=[NewGeneration("owner", "kept", 9, True)]))
+    assert not await sqlite_store.has_listener(9)

@@ -70,19 +70,12 @@ class EngineProbe:
         return parse_prometheus(response.text).get(name, 0.0)
 
     async def running_after_a_step(self) -> float:
-        """``vllm:num_requests_running`` as of a step the engine has just made (``EngineHandle``
-        says why: a starved vLLM API server updates its gauges in bursts)."""
-        response = await self.client.post(
-            f"{self.engine.base_url}/v1/chat/completions", headers=self.engine.headers,
-            json={"model": self.engine.model, "messages": [{"role": "user", "content": "a"}], "max_tokens": 1})
-        response.raise_for_status()
-        return await self.metric("vllm:num_requests_running")
+        """``EngineHandle.arunning_after_a_step`` through this probe's client."""
+        return await self.engine.arunning_after_a_step(self.client)
 
     async def wait_until_nothing_runs(self, *, timeout: float) -> None:
-        """Return once nothing runs in the engine as of a step it just made; fail after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while (running := await self.running_after_a_step()) != 0:
-            assert time.monotonic() < deadline, f"{running:.0f} request(s) still running in vLLM after {timeout}s"
+        """``EngineHandle.await_nothing_runs`` through this probe's client."""
+        await self.engine.await_nothing_runs(timeout=timeout, client=self.client)
 
     async def wait_for(self, name: str, predicate, *, timeout: float) -> float:
         """Poll until ``predicate(value)``; return how long it took."""

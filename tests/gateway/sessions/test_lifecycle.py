@@ -54,48 +54,51 @@ async def test_named_session_left_alone_is_cancelled_after_the_grace_period(gate
     assert len(replay.events) < 500  # 1000 asked, 20 ms apart: cancelled, not run out
 
 
+async def left_alone_while_the_store_answers(gateway, fake_engine, monkeypatch, session_id: str, *,
+                                            lease: float, has_listener):
+    """A named session whose only client leaves (grace 0.1 s) while ``has_listener(app, gen_id)``
+    stands in for the store's answer; its replay once the engine request was closed."""
+    fake_engine.chunk_delay = 0.02
+    async with gateway(cancel_after_disconnect_seconds=0.1, session_lease_seconds=lease) as (base, app), \
+            fresh_client(base) as client:
+        async def answer(gen_id: int) -> bool:
+            return await has_listener(app, gen_id)
+
+        monkeypatch.setattr(app.state.sessions.store.target, "has_listener", answer)
+        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100_000, session_id=session_id),
+                          stop_after=2)
+        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 30)  # bounded: never generating for nobody forever
+        return await read_stream(client, "GET", f"/v1/sessions/{session_id}/events")
+
+
 async def test_a_store_that_cannot_say_who_follows_does_not_stop_a_named_session(gateway, fake_engine, monkeypatch):
     # A follower on another replica renews its lease through the store: a store that times out is
     # no proof that nobody follows. The generation lives while the store fails (for up to a lease,
     # 3 s here, checked every second) and stops once the store answers that nobody follows.
-    fake_engine.chunk_delay = 0.02
-    async with gateway(cancel_after_disconnect_seconds=0.1, session_lease_seconds=3) as (base, app), \
-            fresh_client(base) as client:
-        sessions = app.state.sessions
-        seen_live: list[bool] = []
+    seen_live: list[bool] = []
 
-        async def has_listener(gen_id: int) -> bool:
-            seen_live.append(sessions.local("local", "unsure-1").live)
-            if len(seen_live) <= 2:
-                raise TimeoutError("the store did not answer in time")
-            return False
+    async def has_listener(app, gen_id: int) -> bool:
+        seen_live.append(app.state.sessions.local("local", "unsure-1").live)
+        if len(seen_live) <= 2:
+            raise TimeoutError("the store did not answer in time")
+        return False
 
-        monkeypatch.setattr(sessions.store.target, "has_listener", has_listener)
-        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100_000, session_id="unsure-1"),
-                          stop_after=2)
-        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 30)
-        replay = await read_stream(client, "GET", "/v1/sessions/unsure-1/events")
+    replay = await left_alone_while_the_store_answers(gateway, fake_engine, monkeypatch, "unsure-1", lease=3,
+                                                      has_listener=has_listener)
     assert seen_live == [True, True, True]  # two failed checks went by without stopping it; the answer did
     assert replay.events[-2].json["cancel_reason"] == "disconnect_timeout"
 
 
 async def test_a_store_failing_for_longer_than_a_lease_stops_a_named_session_all_the_same(gateway, fake_engine,
                                                                                        monkeypatch):
-    fake_engine.chunk_delay = 0.02
-    async with gateway(cancel_after_disconnect_seconds=0.1, session_lease_seconds=0.6) as (base, app), \
-            fresh_client(base) as client:
-        sessions = app.state.sessions
-        checks: list[int] = []
+    checks: list[int] = []
 
-        async def has_listener(gen_id: int) -> bool:
-            checks.append(gen_id)
-            raise TimeoutError("the store is down")
+    async def has_listener(app, gen_id: int) -> bool:
+        checks.append(gen_id)
+        raise TimeoutError("the store is down")
 
-        monkeypatch.setattr(sessions.store.target, "has_listener", has_listener)
-        await read_stream(client, "POST", "/v1/chat/completions", json=stream_body(100_000, session_id="down-1"),
-                          stop_after=2)
-        await asyncio.wait_for(fake_engine.stream_aborted.wait(), 30)  # bounded: not generating for nobody forever
-        replay = await read_stream(client, "GET", "/v1/sessions/down-1/events")
+    replay = await left_alone_while_the_store_answers(gateway, fake_engine, monkeypatch, "down-1", lease=0.6,
+                                                      has_listener=has_listener)
     assert len(checks) >= 2  # asked again before giving up
     assert replay.events[-2].json["cancel_reason"] == "disconnect_timeout"
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from gateway.config import Settings
 from gateway.engines.discovery import Member, static_members
 from gateway.engines.engine import Engine
-from gateway.http.metrics import counting
+from gateway.metric_updates import counting
 
 log = logging.getLogger("gateway.engine")
 

@@ -24,7 +24,7 @@ from gateway.engines.policies.least_load import LeastLoad
 from gateway.engines.policies.prefix import PrefixAndLoad
 from gateway.engines.policies.round_robin import RoundRobin
 from gateway.engines.routing import RouteHints
-from gateway.http.metrics import counting
+from gateway.metric_updates import counting
 
 EJECTED_FALLBACK = "ejected_fallback"
 # The reasons that mean the engine is the one the request's prompt prefix (or affinity key, which

@@ -13,12 +13,12 @@ The alerting rules and the dashboard shipped in ``deploy/`` read these names
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from gateway.metric_updates import counting, observing
 from gateway.tracing.metrics import GenAIMetrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -29,40 +29,6 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30, 60)
 MAX_MODEL_LABELS = 64
 OTHER_MODEL = "other"
-
-
-def counting(child: Counter) -> Callable[[float], None]:
-    """``child.inc`` for the request path: its value's own ``inc``, one call instead of three.
-
-    prometheus_client's ``inc`` checks on every call that the metric's labels are set (a child
-    from ``labels()`` always has them) and that the amount is not negative; callers pass
-    positive constants or checked amounts. Falls back to ``child.inc`` where the value is not
-    reachable (another prometheus_client).
-    """
-    inc = getattr(getattr(child, "_value", None), "inc", None)
-    return inc if callable(inc) else child.inc
-
-
-def observing(child: Histogram) -> Callable[[float], None]:
-    """``child.observe`` for the request path: the same sum and bucket, the bucket found by bisection
-    (prometheus_client walks the bounds in Python and checks the labels on every call)."""
-    bounds = getattr(child, "_upper_bounds", None)
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    if not bounds or buckets is None or len(buckets) != len(bounds) or not callable(getattr(total, "inc", None)):
-        return child.observe
-    bounds = tuple(bounds)
-    incs = tuple(bucket.inc for bucket in buckets)
-    add = total.inc
-    last = len(incs)
-
-    def observe(amount: float) -> None:
-        add(amount)
-        index = bisect_left(bounds, amount)
-        if index < last and amount == amount:  # (NaN falls in no bucket, as in prometheus_client)
-            incs[index](1)
-
-    return observe
 
 
 class ModelReadiness:

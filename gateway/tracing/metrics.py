@@ -9,13 +9,15 @@ boundaries. The duration is the gateway's whole request, as the client of the en
 it (routing, retries, continuation included). Time to first token is the gateway's
 ``gateway_time_to_first_token_seconds`` (the conventions' ``gen_ai.server.time_to_first_token``
 as the gateway measures it). Recorded whether tracing is on or not: a label lookup (cached)
-and two or three observations per GenAI request.
+and two or three observations per GenAI request
+(``gateway.metric_updates.observing``: one call each).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from gateway.metric_updates import observing
 from gateway.tracing.conventions import operation_of
 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
@@ -40,15 +42,15 @@ class GenAIMetrics:
         children = self._children.get(key)
         if children is None:
             labels = (operation, key[1], "vllm")
-            children = self._children[key] = (self.tokens.labels(*labels, "input"),
-                                              self.tokens.labels(*labels, "output"),
-                                              self.duration.labels(*labels, key[2]))
+            children = self._children[key] = (observing(self.tokens.labels(*labels, "input")),
+                                              observing(self.tokens.labels(*labels, "output")),
+                                              observing(self.duration.labels(*labels, key[2])))
         source, output, duration = children
-        duration.observe(seconds)
+        duration(seconds)
         if isinstance(usage, dict):
             tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
             if isinstance(tokens, int) and tokens > 0:
-                source.observe(tokens)
+                source(tokens)
             tokens = usage.get("completion_tokens", usage.get("output_tokens"))
             if isinstance(tokens, int) and tokens > 0:
-                output.observe(tokens)
+                output(tokens)

@@ -6,7 +6,8 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from gateway.http.metrics import LATENCY_BUCKETS, Metrics, counting, observing
+from gateway.http.metrics import LATENCY_BUCKETS, Metrics
+from gateway.metric_updates import counting, observing
 
 AMOUNTS = [0.0, 0.0001, 0.0005, 0.00050001, 0.001, 0.3, 1, 2.5, 59.9, 60, 119, 120, 121, 1e9, -1.0, math.nan]
 

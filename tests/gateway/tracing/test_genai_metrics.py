@@ -19,6 +19,12 @@ async def test_token_usage_and_duration_per_operation_and_model(client):
     labels = 'gen_ai_operation_name="chat",gen_ai_provider_name="vllm",gen_ai_request_model="fake-model"'
     assert f'gen_ai_client_token_usage_sum{{{labels},gen_ai_token_type="input"}} 10.0' in text  # 5 per call
     assert f'gen_ai_client_token_usage_sum{{{labels},gen_ai_token_type="output"}} 8.0' in text
+    # Buckets are cumulative and their bounds inclusive: 5 input tokens fall under 16, 4 output under 4.
+    assert f'gen_ai_client_token_usage_bucket{{{labels},gen_ai_token_type="input",le="4.0"}} 0.0' in text
+    assert f'gen_ai_client_token_usage_bucket{{{labels},gen_ai_token_type="input",le="16.0"}} 2.0' in text
+    assert f'gen_ai_client_token_usage_bucket{{{labels},gen_ai_token_type="output",le="1.0"}} 0.0' in text
+    assert f'gen_ai_client_token_usage_bucket{{{labels},gen_ai_token_type="output",le="4.0"}} 2.0' in text
+    assert f'gen_ai_client_operation_duration_seconds_bucket{{error_type="",{labels},le="+Inf"}} 2.0' in text
     assert f'gen_ai_client_operation_duration_seconds_count{{error_type="",{labels}}} 2.0' in text
     assert 'gen_ai_operation_name="text_completion"' in text
     assert samples["gen_ai_client_operation_duration_seconds_count"] == 3

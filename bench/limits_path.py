@@ -1,7 +1,7 @@
 """The limiter's cost on the whole request path: the gateway's CPU per request, a limited key against an unlimited one.
 
     .venvs/gateway/bin/python -m bench.limits_path [--requests 2000] [--rounds 5] [--concurrency 16]
-                                                   [--baseline-tree DIR] [--out bench/results/limits_path]
+                                                   [--baseline-tree DIR] [--no-pin] [--out bench/results/limits_path]
 
 One gateway process (``python -m gateway``, SQLite, ``REDIS_URL`` on a throw-away
 ``redis-server``) in front of the fast fake engine (``bench.fake_upstream``). Two database
@@ -13,7 +13,8 @@ same again for each end user, and its requests name one of ``END_USERS`` end use
 ``user`` field (the cost of finding and labelling the end user and of its scope in the same
 Redis script: compare it with ``limited``). The rounds alternate the keys, non-streamed and
 streamed chat completions (16 tokens); the figure is the gateway process's CPU time (user +
-system) per request over the round, median of the rounds. The machine is shared: read the
+system) per request over the round, median of the rounds. As in ``bench.run``, the gateway runs
+pinned to one core, everything else to the other (``--no-pin``: not pinned, as before 2026-12-06). The machine is shared: read the
 ratio within the run, not the absolute times.
 
 ``--baseline-tree DIR`` also starts the gateway of another checkout (a git worktree of an
@@ -40,7 +41,7 @@ import httpx
 import psutil
 
 from bench.limits import start_redis
-from bench.procs import free_port
+from bench.procs import Pinning, free_port
 
 ADMIN_KEY = "sk-bench-admin-0123456789abcdef"
 LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_concurrency": 10**6, "budget_tokens": 10**12, "budget_period": "day"}
@@ -49,9 +50,11 @@ END_USERS = 100  # distinct end users the end_user key's requests cycle through
 
 
 def start(argv: list[str], env: dict | None = None, log: Path | None = None,
-          cwd: Path | None = None) -> subprocess.Popen:
+          cwd: Path | None = None, cores: frozenset[int] | None = None) -> subprocess.Popen:
     out = log.open("wb") if log is not None else subprocess.DEVNULL
-    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # (before any of its threads exist)
+    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+                            preexec_fn=pin)
 
 
 async def wait_ready(url: str, timeout: float = 60) -> None:
@@ -91,6 +94,10 @@ async def one_round(client: httpx.AsyncClient, gateway: psutil.Process, key: str
 
 
 async def run(args: argparse.Namespace) -> dict:
+    # As bench.run: each gateway alone on one core; this load generator, Redis and the fake engine (started
+    # from this process, so on its core) on the other, so a gateway's CPU time is not moved by competing with them.
+    pinning = Pinning.choose(not args.no_pin)
+    pinning.pin_self()
     redis, redis_url, redis_root = start_redis()
     root = Path(tempfile.mkdtemp(prefix="bench-limits-path-"))
     upstream_port = free_port()
@@ -106,7 +113,8 @@ async def run(args: argparse.Namespace) -> dict:
                             "HOST": "127.0.0.1", "ADMIN_API_KEYS": ADMIN_KEY, "REDIS_URL": redis_url,
                             "DATABASE_URL": f"sqlite+aiosqlite:///{root / name}/gateway.db", "SESSION_STORE": "off",
                             "ACCESS_LOG": "false", "ENGINE_POLL_INTERVAL": "60"}
-        processes.insert(0, start([sys.executable, "-m", "gateway"], env, root / f"{name}.log", cwd=tree))
+        processes.insert(0, start([sys.executable, "-m", "gateway"], env, root / f"{name}.log", cwd=tree,
+                                  cores=pinning.server_cores))
         bases[name] = (f"http://127.0.0.1:{port}", processes[0])
     clients: list[httpx.AsyncClient] = []
     try:
@@ -147,6 +155,7 @@ async def run(args: argparse.Namespace) -> dict:
                     "end_user_added_us": medians["end_user"] - medians["limited"],
                     "end_user_ratio": medians["end_user"] / medians["limited"]}
         return {"requests": args.requests, "rounds": args.rounds, "concurrency": args.concurrency,
+                "pinning": pinning.describe(),
                 "load_average": os.getloadavg(), "baseline_tree": str(trees.get("baseline") or "") or None,
                 "results": results["this"], **({"baseline": results["baseline"]} if "baseline" in results else {})}
     finally:
@@ -164,7 +173,8 @@ async def run(args: argparse.Namespace) -> dict:
 
 def markdown(report: dict) -> str:
     lines = [f"Gateway CPU per request, median of {report['rounds']} rounds of {report['requests']} requests at "
-             f"concurrency {report['concurrency']} (load average {report['load_average'][0]:.1f}):", "",
+             f"concurrency {report['concurrency']} (load average {report['load_average'][0]:.1f}; "
+             f"{report.get('pinning', 'not pinned')}):", "",
              "| gateway | request | unlimited key | limited key (Redis) | added | ratio "
              "| + end-user limits | added | ratio |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -185,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="also measure the gateway of this checkout, round by round with this tree's")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the gateways and the load to cores")
     parser.add_argument("--out", type=Path, default=Path("bench/results/limits_path"))
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))

@@ -1,7 +1,7 @@
 """CPU per request with tracing off, on and sampled, on and not sampled: one run, interleaved rounds.
 
     python -m bench.tracing [--requests 400] [--rounds 5] [--concurrency 8] [--baseline-tree DIR]
-                            [--out bench/results/tracing.md]
+                            [--no-pin] [--out bench/results/tracing.md]
 
 Three gateways (plain relay, ``SESSION_STORE=off``, access log on) in front of the fast fake
 upstream: ``off`` (no OTLP endpoint), ``sampled`` (every request traced and exported,
@@ -12,7 +12,9 @@ path in the same run. Spans go to a sink in this process that
 answers every OTLP export at once (its CPU is not the gateway's). Each round sends the same
 requests (non-streamed: 16 tokens; streamed: 64 chunks) to each gateway in turn, and the
 gateway process's user+system CPU time is read before and after: CPU per request, the median
-over rounds; the ratios to ``off`` are what to read (the machine is shared and noisy).
+over rounds; the ratios to ``off`` are what to read (the machine is shared and noisy). As in
+``bench.run``, the gateways run pinned to one core and everything else to the other (``--no-pin``:
+not pinned, as before 2026-12-06).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.contenders import AUTH_HEADERS, FAKE_MODEL, gateway_env
-from bench.procs import PYTHON, free_port, start_fake_upstream, start_server, stop_server
+from bench.procs import PYTHON, Pinning, free_port, start_fake_upstream, start_server, stop_server
 
 VARIANTS = {
     "off": {},
@@ -76,7 +78,11 @@ async def main(args: argparse.Namespace) -> str:
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{sink.server_address[1]}/v1/traces"
     tmp = Path(tempfile.mkdtemp(prefix="bench-tracing-"))
-    upstream = await start_fake_upstream(log_dir=tmp, cores=None)
+    # As bench.run: the gateway alone on one core, everything else (this load generator, the OTLP sink's
+    # thread, the fake upstream) on the other, so the gateway's CPU time is not moved by competing with them.
+    pinning = Pinning.choose(not args.no_pin)
+    pinning.pin_self()
+    upstream = await start_fake_upstream(log_dir=tmp, cores=pinning.load_cores)
     gateways = {}
     try:
         for name, extra in VARIANTS.items():
@@ -90,7 +96,8 @@ async def main(args: argparse.Namespace) -> str:
             if name in BASELINES:
                 env["PYTHONPATH"] = str(args.baseline_tree)  # its gateway package wins over ours
             gateways[name] = await start_server(name=f"gateway-{name}", argv=[PYTHON, "-m", "gateway"], port=port,
-                                                log_dir=tmp, env=env, cwd=str(tmp), startup_timeout=60)
+                                                log_dir=tmp, env=env, cwd=str(tmp), startup_timeout=60,
+                                                cores=pinning.server_cores)
         cpu: dict[tuple[str, str], list[float]] = {}
         for scenario, (stream, tokens) in SCENARIOS.items():
             for gateway in gateways.values():  # warm-up
@@ -112,7 +119,8 @@ async def main(args: argparse.Namespace) -> str:
         sink.shutdown()
     names = [name for name in VARIANTS if any(key[1] == name for key in cpu)]
     lines = [f"CPU per request of the gateway process (ms, median of {args.rounds} interleaved rounds of "
-             f"{args.requests} requests, concurrency {args.concurrency}; OTLP exports received: {Sink.exports})", "",
+             f"{args.requests} requests, concurrency {args.concurrency}; OTLP exports received: {Sink.exports}; "
+             f"{pinning.describe()})", "",
              "| scenario | " + " | ".join(names) + " | " + " | ".join(f"{name} / off" for name in names[1:]) + " |",
              "|---" * (2 * len(names)) + "|"]
     for scenario in SCENARIOS:
@@ -132,6 +140,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--baseline-tree", type=Path, default=None)
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the gateways and the load to cores")
     parser.add_argument("--out", type=Path, default=Path("bench/results/tracing.md"))
     arguments = parser.parse_args()
     report = asyncio.run(main(arguments))

@@ -17,7 +17,9 @@ limiter itself.
 - **Count** (:class:`MeteredSink`): each engine read's events count one token each (vLLM
   writes one event per decode step) beyond the prompt bound; when a budget cannot cover the
   next read, the stream ends there with its protocol's error event (``BudgetSpent``), so no
-  budget is overspent by a stream.
+  budget is overspent by a stream. A stream its reservation covers whole (granted in full, its
+  output capped by the body for one choice) is counted but never asks for more: the engine
+  cannot generate past the cap, and the events beyond the reservation are the stream's framing.
 - **Settle** (:meth:`Metered.settle`), once, whatever happened: the engine's usage replaces the
   reservation (a request refused by the engine gives its tokens back; a stream cut or left
   without usage keeps what it consumed), the concurrency slot is freed, and the usage the
@@ -126,6 +128,7 @@ class Meter:
             _rate_headers(request, reservation)
             if not stream and reservation.granted < demand.tokens and est.produces_output:
                 metered.lowered = max(1, reservation.granted - est.prompt_tokens)
+            metered.covered = stream and reservation.granted >= demand.tokens and _output_capped(est, payload)
         request.put(metered)
         return metered
 
@@ -178,8 +181,8 @@ class Metered:
 
     # It keeps the principal, not the request: the request holds it (``put``), and a reference back
     # would make every request a cycle that outlives it until a full collection.
-    __slots__ = ("meter", "principal", "key_id", "path", "estimate", "reservation", "lowered", "settled", "route",
-                 "end_user")
+    __slots__ = ("meter", "principal", "key_id", "path", "estimate", "reservation", "lowered", "covered", "settled",
+                 "route", "end_user")
 
     def __init__(self, meter: Meter, request: RequestContext, path: str, est: Estimate | None) -> None:
         self.meter = meter
@@ -189,6 +192,9 @@ class Metered:
         self.estimate = est
         self.reservation: Reservation | None = None
         self.lowered: int | None = None  # a non-streamed request's output limit, lowered to its grant
+        # A stream its reservation covers whole (``_output_capped``): its events past the reservation are its
+        # framing (the role's, the finish's, the usage's, ``[DONE]``), not tokens to ask the budgets for.
+        self.covered = False
         self.settled = False
         self.end_user: str | None = None  # the end user's label (relay.end_users), for the ledger
         route = request.route
@@ -273,9 +279,10 @@ class MeteredSink:
         """Awaited like a sink's ``write``. A read the reservation covers is counted here and the sink's own
         ``write`` returned (Limiter.consume's answer without its call, and no coroutine of ours per read:
         this runs for every engine read of a limited stream); beyond it, the limiter is asked."""
-        reservation = self._metered.reservation
+        metered = self._metered
+        reservation = metered.reservation
         events = block.count(EVENT_END)
-        if reservation.used + events <= reservation.granted:
+        if reservation.used + events <= reservation.granted or metered.covered:
             reservation.used += events
             return self._sink.write(block)
         return self._write_beyond(block, events)
@@ -378,6 +385,16 @@ def _parsed(body: bytes | None) -> dict | None:
     except orjson.JSONDecodeError:
         return None
     return payload if isinstance(payload, dict) else None
+
+
+def _output_capped(est: Estimate, payload: dict | None) -> bool:
+    """Whether the engine cannot generate more than ``est`` reserved: the body caps the output (vLLM stops at
+    ``max_tokens``: reasoning, tool calls and ``ignore_eos`` included) for one choice (OpenAI's ``n``; the
+    other protocols make one). The prompt's share is a bound already (``tenancy.limits.estimate``)."""
+    if est.output_field is None or payload is None:
+        return False
+    choices = payload.get("n")
+    return choices is None or choices == 1
 
 
 def _anthropic(request: RequestContext) -> bool:

@@ -13,6 +13,8 @@ import asyncio
 import orjson
 import pytest
 
+from gateway.relay.metering import _output_capped
+from gateway.tenancy.limits.estimate import estimate
 from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
 
 ADMIN = bearer(WRITE_KEY)
@@ -206,3 +208,36 @@ async def test_the_code_api_is_limited_and_recorded_too(gateway):
     assert refused.status_code == 429 and "retry-after" in refused.headers
     rows = {row["route"]: row for row in await flushed_usage(gateway, key)}
     assert rows["/generate"]["requests"] == 1 and rows["/generate"]["completion_tokens"] == first.json()["num_tokens"]
+
+
+async def test_a_stream_its_reservation_covers_is_not_cut_by_its_framing_events(gateway, fake_engine):
+    # A budget of exactly the prompt bound ("hi" in one message: 34) and max_tokens: the engine cannot
+    # generate more, so the stream's events beyond its tokens (the role's, the finish's, the usage's,
+    # [DONE]) must not be taken for tokens the budget lacks (they were, and cut the stream's end).
+    key = await new_key(gateway, limits={"budget_tokens": 34 + 4, "budget_period": "total"})
+    model = await model_of(gateway)
+    answer = await gateway.post("/v1/chat/completions",
+                                json=chat(model, max_tokens=4, stream=True, stream_options={"include_usage": True}),
+                                headers=bearer(key))
+    assert answer.status_code == 200
+    stream = events(answer.content)
+    assert b'"error"' not in answer.content, stream[-3:]
+    assert stream[-1] == b"data: [DONE]"
+    assert len(stream) > 4 + 1  # (more events than tokens: what this test is about)
+    finished = [orjson.loads(event.removeprefix(b"data: ")) for event in stream[:-1]]
+    assert [choice["finish_reason"] for chunk in finished for choice in chunk["choices"]
+            if choice.get("finish_reason")] == ["length"]
+    assert finished[-1]["usage"]["completion_tokens"] == 4
+
+
+@pytest.mark.parametrize(("payload", "capped"), [
+    ({"max_tokens": 4}, True),
+    ({"max_tokens": 4, "n": 1}, True),
+    ({"max_completion_tokens": 4}, True),
+    ({"max_output_tokens": 4}, True),  # (Responses)
+    ({"max_tokens": 4, "n": 2}, False),  # two choices: up to twice the cap
+    ({}, False),  # no cap named: the engine may go on to the context's end
+])
+def test_a_stream_is_covered_only_when_its_body_caps_the_output_of_one_choice(payload, capped):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **payload}
+    assert _output_capped(estimate(body), body) is capped

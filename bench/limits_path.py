@@ -18,8 +18,8 @@ pinned to one core, everything else to the other (``--no-pin``: not pinned, as b
 and the load (aiohttp, 32 at once) keeps the gateway's core busy: a gateway that idles between
 requests pays a wake-up for each, and a limited request's wait on Redis adds one, which is the
 machine's cost of idling, not the limiter's (the first version, httpx at 16 at once, left the
-gateway waiting for its load: +170 µs a limited request there, +35 µs saturated, docs/benchmarks.md). The machine is shared: read the
-ratio within the run, not the absolute times.
+gateway waiting for its load: +170 µs a limited request there, +35 µs saturated, docs/benchmarks.md).
+The machine is shared: read the ratio within the run, not the absolute times.
 
 ``--baseline-tree DIR`` also starts the gateway of another checkout (a git worktree of an
 earlier commit, run from its directory with this environment), on the same Redis and upstream

@@ -473,11 +473,9 @@ class SessionManager:
             # replica renews its lease through that same store): ask again, for as long as a
             # follower's lease lasts; a store failing longer than that stops it as unfollowed.
             since = generation.unanswered_since = generation.unanswered_since or loop.time()
-            if loop.time() - since < self.persistence.listener_lease:
-                generation.disconnect_timer = loop.call_later(self.persistence.check_interval, self._alone_too_long,
-                                                              generation)
-                return
-        generation.unanswered_since = None
+            followed = loop.time() - since < self.persistence.listener_lease
+        else:
+            generation.unanswered_since = None
         if followed:
             generation.disconnect_timer = loop.call_later(self.persistence.check_interval, self._alone_too_long,
                                                           generation)

@@ -37,19 +37,32 @@ _BUDGET = (b"x-gateway-budget-limit", b"x-gateway-budget-remaining", b"x-gateway
 
 
 def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
-    # Written out, not looped over the kinds: one call per answer of a limited key.
+    # Written out, not looped over the kinds, each figure formatted straight to bytes: one call per answer
+    # of a limited key (tests/gateway/tenancy/test_headers_and_settings.py compares it with ``duration``).
     headers: list[tuple[bytes, bytes]] = []
     if rate.requests_limit is not None:
         headers += ((_REQUESTS[0], b"%d" % rate.requests_limit), (_REQUESTS[1], b"%d" % rate.requests_remaining),
-                    (_REQUESTS[2], duration(rate.requests_reset or 0.0).encode()))
+                    (_REQUESTS[2], _duration_bytes(rate.requests_reset or 0.0)))
     if rate.tokens_limit is not None:
         headers += ((_TOKENS[0], b"%d" % rate.tokens_limit), (_TOKENS[1], b"%d" % rate.tokens_remaining),
-                    (_TOKENS[2], duration(rate.tokens_reset or 0.0).encode()))
+                    (_TOKENS[2], _duration_bytes(rate.tokens_reset or 0.0)))
     if rate.budget_limit is not None:
-        headers += ((_BUDGET[0], str(rate.budget_limit).encode()), (_BUDGET[1], str(rate.budget_remaining).encode()))
+        headers += ((_BUDGET[0], b"%d" % rate.budget_limit), (_BUDGET[1], b"%d" % rate.budget_remaining))
         if rate.budget_reset is not None:
-            headers.append((_BUDGET[2], duration(rate.budget_reset).encode()))
+            headers.append((_BUDGET[2], _duration_bytes(rate.budget_reset)))
     return headers
+
+
+def _duration_bytes(seconds: float) -> bytes:
+    """``duration(seconds)`` as bytes, formatted as bytes (the same rules, written again: a test compares them)."""
+    if seconds < 1:
+        return b"%dms" % max(0, round(seconds * 1000))
+    if seconds < 60:
+        return b"%gs" % round(seconds, 3)
+    hours, rest = divmod(math.ceil(seconds), 3600)
+    if hours:
+        return b"%dh%dm%ds" % (hours, *divmod(rest, 60))
+    return b"%dm%ds" % divmod(rest, 60)
 
 
 def anthropic_headers(rate: RateInfo, *, now: dt.datetime | None = None) -> list[tuple[bytes, bytes]]:

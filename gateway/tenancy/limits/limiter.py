@@ -56,7 +56,9 @@ class Limiter:
         self.probe_seconds = probe_seconds
         self.redis_down = False
         self.lost_settlements = 0
-        self._budgets: dict[tuple[str, str], int] = {}  # (scope, period label) -> used, as Redis last said
+        # scope -> (the second of Redis's last reply for it, its budget's use then); its period's label is
+        # worked out only when it is needed (Redis down), not on every request
+        self._budgets: dict[str, tuple[int, int]] = {}
         self._probe: asyncio.Task | None = None
 
     @property
@@ -139,18 +141,21 @@ class Limiter:
     def _remember(self, demand: Demand, second: int, budgets: list[int]) -> None:
         for scope, used in zip(demand.scopes, budgets, strict=False):
             if used >= 0:
-                if len(self._budgets) >= MAX_REMEMBERED_BUDGETS:
+                if len(self._budgets) >= MAX_REMEMBERED_BUDGETS and scope.name not in self._budgets:
                     self._budgets.pop(next(iter(self._budgets)))
-                self._budgets[(scope.name, period_label(scope.limits.budget_period, second))] = used
+                self._budgets[scope.name] = (second, used)
 
     def _seed(self, demand: Demand) -> None:
+        """The local limiter takes over each budget from what Redis last said of it, in the same period."""
         second = int(self.local.clock())
         for scope in demand.scopes:
+            period = scope.limits.budget_period
             if scope.limits.budget_tokens is not None:
-                label = period_label(scope.limits.budget_period, second)
-                used = self._budgets.get((scope.name, label))
-                if used is not None:
-                    self.local.seed_budget(scope.name, label, used)
+                last = self._budgets.get(scope.name)
+                if last is not None:
+                    label = period_label(period, second)
+                    if period_label(period, last[0]) == label:
+                        self.local.seed_budget(scope.name, label, last[1])
 
     def _went_down(self, exc: Exception) -> None:
         if self.redis_down:

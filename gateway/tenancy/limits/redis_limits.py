@@ -113,10 +113,6 @@ def _seconds(value: int) -> float | None:
     return None if value < 0 else value / 1000
 
 
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(value), value)
-
-
 def _rate(reply: list) -> RateInfo:
     """The reply's figures (limit, remaining, reset ms per kind; limit -1: none), built positionally:
     once per request of a limited key, so written out rather than looped."""
@@ -147,8 +143,10 @@ class RedisLimits:
         reservation_id = self._ids.next()
         count, keys, limits = self._packed(demand)
         # (reservation id, tokens, min tokens, lease, window): ARGV as admit.lua reads it
-        body = b"".join((keys, _bulk(reservation_id.encode()), _bulk(b"%d" % demand.tokens),
-                         _bulk(b"%d" % demand.min_tokens), self._tail, limits))
+        packed_id, tokens, least = reservation_id.encode(), b"%d" % demand.tokens, b"%d" % demand.min_tokens
+        # (one formatting of the whole body: its bulk strings written in place)
+        body = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s%s" % (
+            keys, len(packed_id), packed_id, len(tokens), tokens, len(least), least, self._tail, limits)
         reply = await self.client.evalsha_packed(ADMIT, count + 5, body)
         rate = _rate(reply)  # type: ignore[arg-type]
         if reply[0] != 1:  # type: ignore[index]
@@ -179,6 +177,7 @@ class RedisLimits:
     def _adjust_body(self, reservation: Reservation, mode: int, tokens: int) -> tuple[int, bytes]:
         count, keys, limits = self._packed(reservation.demand)
         # (reservation id, mode, tokens, second, lease, window): ARGV as adjust.lua reads it
-        return count + 6, b"".join((keys, _bulk(reservation.id.encode()), b"$1\r\n%d\r\n" % mode,
-                                    _bulk(b"%d" % tokens), _bulk(b"%d" % reservation.second), self._tail,
-                                    limits))
+        reservation_id, amount, second = reservation.id.encode(), b"%d" % tokens, b"%d" % reservation.second
+        return count + 6, b"%s$%d\r\n%s\r\n$1\r\n%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s%s" % (
+            keys, len(reservation_id), reservation_id, mode, len(amount), amount, len(second), second, self._tail,
+            limits)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from gateway.config import Settings
-from gateway.tenancy.limits.headers import anthropic_headers, duration, openai_headers, refusal_headers
+from gateway.tenancy.limits.headers import _duration_bytes, anthropic_headers, duration, openai_headers, refusal_headers
 from gateway.tenancy.limits.model import RateInfo, RateLimited
 from gateway.tenancy.service import per_replica_warnings
 
@@ -16,6 +16,15 @@ RATE = RateInfo(requests_limit=60, requests_remaining=0, requests_reset=1.5, tok
 def test_openai_durations_read_as_api_openai_com_writes_them():
     assert [duration(value) for value in (0.02, 1.5, 6.0, 75.0, 3723.0)] == ["20ms", "1.5s", "6s", "1m15s",
                                                                               "1h2m3s"]
+
+
+def test_the_headers_bytes_durations_are_the_durations_encoded():
+    # openai_headers formats its resets straight to bytes: the same text as ``duration`` (read above) at
+    # every boundary (under a second, a minute, an hour; rounding up to the next unit) and between them.
+    values = [0.0, -0.5, 0.0004, 0.0005, 0.02, 0.4996, 0.9994, 0.9996, 1.0, 1.0004, 1.5, 6.0, 37.1234, 59.9994,
+              59.9996, 60.0, 60.0001, 75.0, 3599.2, 3600.0, 3723.0, 86399.5, 86400.0, 2678400.0]
+    values += [n / 7 for n in range(0, 700_000, 997)]
+    assert [_duration_bytes(value) for value in values] == [duration(value).encode() for value in values]
 
 
 def test_a_refusal_carries_retry_after_and_openais_headers():

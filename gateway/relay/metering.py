@@ -22,7 +22,8 @@ limiter itself.
   cannot generate past the cap, and the events beyond the reservation are the stream's framing.
 - **Settle** (:meth:`Metered.settle`), once, whatever happened: the engine's usage replaces the
   reservation (a request refused by the engine gives its tokens back; a stream cut or left
-  without usage keeps what it consumed), the concurrency slot is freed, and the usage the
+  without usage keeps what it consumed, at most its reservation when that covered it whole),
+  the concurrency slot is freed, and the usage the
   client received goes to the ledger (prompt, completion, cached, reasoning tokens) under its
   key, team, end user (its label, ``relay.end_users``: for every key, ``API_KEYS`` ones too),
   model and route.
@@ -244,6 +245,8 @@ class Metered:
                 used = 0
             elif usage is not None and counts.total:
                 used = max(counts.total, 0)
+            elif self.covered:  # its events past the reservation were its framing: the engine stopped within it
+                used = min(reservation.used, reservation.granted)
             else:
                 used = None  # what the stream consumed (the prompt bound and the events)
             await self.meter.limiter.settle(reservation, used, ran=answered or ran)

@@ -10,6 +10,8 @@ migrations and the same readiness instead of a copy of their own:
 - ``metadata`` + ``tables/``: the table definitions, one module per package that uses them;
 - ``migrations/``: one Alembic history, one version table (``gateway_alembic_version``);
 - ``service``: ``GatewayDatabase``, the engine and the migration run at start, once per process.
+- ``pg_schema``: the set-up of the session store's and stored responses' PostgreSQL tables (their
+  DDL run only when something is missing: it would lock tables other replicas are using).
 
 Named ``database``, not ``store``: "store" already means the session store
 (``gateway.sessions.store``, ``SESSION_STORE``) and each feature's view of its data (the key

@@ -18,6 +18,7 @@ import logging
 
 import asyncpg
 
+from gateway.database.pg_schema import ensure_schema
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
     LIVE,
@@ -69,6 +70,11 @@ CREATE TABLE IF NOT EXISTS stream_replicas (
     heartbeat_at DOUBLE PRECISION NOT NULL
 );
 """
+
+# What ``ensure_schema`` looks for before running SCHEMA: each table by a first column and every column added since.
+SCHEMA_COLUMNS = {"stream_sessions": ("gen_id", "dialect"), "stream_chunks": ("frames",),
+                  "stream_replicas": ("heartbeat_at",)}
+SCHEMA_INDEXES = ("stream_sessions_by_status", "stream_sessions_by_replica")
 
 _SESSION_COLUMNS = f"""
     s.owner, s.session_id, s.gen_id, s.status, s.how, s.named, s.replica, s.dialect,
@@ -122,10 +128,8 @@ class PostgresStore:
     async def open(self) -> None:
         self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
                                                 command_timeout=self.timeout, timeout=self.timeout or 60)
-        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
-            # Replicas starting together must not race on CREATE TABLE IF NOT EXISTS.
-            await db.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK_KEY)
-            await db.execute(SCHEMA)
+        async with self._pool.acquire(timeout=self.timeout) as db:
+            await ensure_schema(db, SCHEMA, SCHEMA_LOCK_KEY, columns=SCHEMA_COLUMNS, indexes=SCHEMA_INDEXES)
         await self._listen()
         await self.heartbeat()
 

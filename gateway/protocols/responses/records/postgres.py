@@ -14,6 +14,7 @@ import zlib
 
 import asyncpg
 
+from gateway.database.pg_schema import ensure_schema
 from gateway.protocols.responses.records.base import RUNNING_STATUSES, StoredResponse
 from gateway.sessions.store.postgres import postgres_dsn
 
@@ -38,6 +39,9 @@ ALTER TABLE stored_responses ADD COLUMN IF NOT EXISTS streamed BOOLEAN NOT NULL 
 ALTER TABLE stored_responses ADD COLUMN IF NOT EXISTS previous_id TEXT;
 CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses (expires_at);
 """
+# What ``ensure_schema`` looks for before running SCHEMA: the table by a first column and every column added since.
+SCHEMA_COLUMNS = {"stored_responses": ("response_id", "streamed", "previous_id")}
+SCHEMA_INDEXES = ("stored_responses_by_expiry",)
 _COLUMNS = "status, background, body, history, root, created_at, expires_at, streamed, previous_id"
 
 
@@ -51,10 +55,8 @@ class PostgresResponses:
     async def open(self) -> None:
         self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
                                                 command_timeout=self.timeout, timeout=self.timeout or 60)
-        async with self._pool.acquire(timeout=self.timeout) as db, db.transaction():
-            # Replicas starting together must not race on CREATE TABLE IF NOT EXISTS.
-            await db.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK_KEY)
-            await db.execute(SCHEMA)
+        async with self._pool.acquire(timeout=self.timeout) as db:
+            await ensure_schema(db, SCHEMA, SCHEMA_LOCK_KEY, columns=SCHEMA_COLUMNS, indexes=SCHEMA_INDEXES)
 
     async def close(self) -> None:
         if self._pool is not None:

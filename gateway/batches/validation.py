@@ -34,7 +34,9 @@ class Checked:
     stored: int = 0  # lines written to the store so far
     model: str | None = None
 
-    def error(self, line: int, code: str, message: str, param: str | None = None) -> None:
+    def error(self, line: int | None, code: str, message: str, param: str | None = None) -> None:
+        """A problem of line ``line`` (1-based), or of the whole file (``None``: OpenAI's ``line`` is
+        set only where it applies, so a client never looks for a line 0)."""
         self.error_count += 1
         if len(self.errors) < MAX_ERRORS:
             self.errors.append({"code": code, "message": message, "param": param, "line": line})

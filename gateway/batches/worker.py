@@ -195,9 +195,9 @@ class BatchWorker:
         except Failure as failure:
             if http_error(failure).status != 404:
                 raise
-            checked.error(0, "invalid_input_file", f"the input file {record.input_file_id} does not exist")
+            checked.error(None, "invalid_input_file", f"the input file {record.input_file_id} does not exist")
         if checked.error_count == 0 and checked.stored == 0:
-            checked.error(0, "empty_file", "the input file has no requests")
+            checked.error(None, "empty_file", "the input file has no requests")
         if checked.error_count:
             await self.store.set_lines(record.id, epoch, [], first=True)
             if await self.store.transition(record.id, epoch, only_from=(VALIDATING,), errors=checked.errors,

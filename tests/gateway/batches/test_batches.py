@@ -101,6 +101,16 @@ async def test_bad_lines_fail_the_batch_with_their_line_numbers(jobs_gateway, fa
     assert fake_engine.received == []  # nothing of a file partly wrong runs
 
 
+async def test_a_problem_of_the_whole_file_names_no_line(jobs_gateway):
+    """OpenAI's ``BatchError.line`` is the line "if applicable": an empty file's error has none
+    (it was ``0``, a line number no file has)."""
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    batch = await submit(client, [])
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("failed",))
+    assert [(error.code, error.line) for error in batch.errors.data] == [("empty_file", None)]
+
+
 @pytest.mark.parametrize("body,param", [
     ({"endpoint": "/v1/chat/completions", "completion_window": "24h"}, "input_file_id"),
     ({"input_file_id": "file-x", "endpoint": "/v1/moderations", "completion_window": "24h"}, "endpoint"),

@@ -60,6 +60,7 @@ class BatchRecord:
     cancelled_at: float | None
     ended_as: str | None
     lease_epoch: int
+    output_expires_after: float | None = None  # seconds the output and error files live (None: FILES_RETENTION_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from gateway.jobs.paging import page
 
 TAGS = ["Files and batches"]
 MAX_METADATA_PAIRS = 16
+OUTPUT_EXPIRY_SECONDS = (3600, 2_592_000)  # OpenAI's bounds of output_expires_after.seconds (1 hour to 30 days)
 
 
 def _time(value: float | None) -> int | None:
@@ -67,6 +68,22 @@ def _metadata(value: object) -> dict | None:
     return value
 
 
+def _output_expires_after(value: object) -> float | None:
+    """``output_expires_after`` (``{"anchor": "created_at", "seconds"}``): how long the output and
+    error files live from their writing (OpenAI's anchor is the file's creation, not the batch's)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("anchor") != "created_at":
+        raise GatewayError(400, "output_expires_after.anchor must be 'created_at'",
+                           param="output_expires_after.anchor")
+    seconds = value.get("seconds")
+    low, high = OUTPUT_EXPIRY_SECONDS
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not low <= seconds <= high:
+        raise GatewayError(400, f"output_expires_after.seconds must be an integer between {low} and {high} (30 days)",
+                           param="output_expires_after.seconds")
+    return float(seconds)
+
+
 def _create_body(raw: bytes) -> dict:
     try:
         body = orjson.loads(raw)
@@ -91,6 +108,7 @@ def openai_batches_router(store: BatchStore, files: Files, worker: BatchWorker) 
     @router.post("/v1/batches", summary="Create a batch from an uploaded JSONL file")
     async def create_batch(request: Request, principal: PrincipalDep) -> dict:
         body = _create_body(await request.body())
+        output_expires_after = _output_expires_after(body.get("output_expires_after"))
         owner = owner_of(principal)
         try:
             file = await files.get(owner, body["input_file_id"])
@@ -104,7 +122,8 @@ def openai_batches_router(store: BatchStore, files: Files, worker: BatchWorker) 
         record = await store.create({
             "id": ids.batch_id(OPENAI), "owner": owner, "api": OPENAI, "endpoint": body["endpoint"],
             "input_file_id": file.id, "completion_window": body["completion_window"], "status": VALIDATING,
-            "metadata": _metadata(body.get("metadata")), "created_at": now, "expires_at": now + window})
+            "metadata": _metadata(body.get("metadata")), "created_at": now, "expires_at": now + window,
+            "output_expires_after": output_expires_after})
         worker.wake.set()
         return batch_object(record)
 

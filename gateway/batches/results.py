@@ -109,6 +109,7 @@ async def write_openai_files(store: BatchStore, files: Files, record: BatchRecor
             continue
         file: FileRecord = await files.write(record.owner, filename=f"{record.id}_{kind}.jsonl",
                                              purpose=OUTPUT_PURPOSE, file_id=_file_id(record.id, kind),
-                                             chunks=_lines_of(store, record, output=output))
+                                             chunks=_lines_of(store, record, output=output),
+                                             expires_after=record.output_expires_after)
         written.append(file.id)
     return written[0], written[1]

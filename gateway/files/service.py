@@ -112,10 +112,11 @@ class Files:
                           bytes=upload.size, created_at=now, expires_at=now + lifetime)
 
     async def write(self, owner: str, *, filename: str, purpose: str, chunks: AsyncIterator[bytes] | list[bytes],
-                    file_id: str | None = None) -> FileRecord:
+                    file_id: str | None = None, expires_after: float | None = None) -> FileRecord:
         """A file the gateway produces (a batch's output): no size limit or quota check, its owner's retention.
 
         ``file_id``: a fixed id, so writing it again (a finalization that was cut) replaces it.
+        ``expires_after``: seconds it lives from now (the batch's ``output_expires_after``; shorter only).
         """
         file_id = file_id or ids.file_id()
         await self.delete_any(file_id)
@@ -135,12 +136,13 @@ class Files:
             await writer.abort()
             raise
         now = time.time()
+        lifetime = self.retention_seconds if expires_after is None else min(expires_after, self.retention_seconds)
         async with self.db.begin() as connection:
             await connection.execute(sa.insert(files).values(
                 id=file_id, owner=owner, purpose=purpose, filename=filename, bytes=size, created_at=now,
-                expires_at=now + self.retention_seconds, storage=self.blobs.name))
+                expires_at=now + lifetime, storage=self.blobs.name))
         return FileRecord(id=file_id, owner=owner, purpose=purpose, filename=filename, bytes=size, created_at=now,
-                          expires_at=now + self.retention_seconds)
+                          expires_at=now + lifetime)
 
     # --- reading -----------------------------------------------------------------------------
     async def get(self, owner: str, file_id: str) -> FileRecord:

@@ -62,6 +62,8 @@ batches = sa.Table(
     sa.Column("cancelling_at", sa.Float, nullable=True),
     sa.Column("cancelled_at", sa.Float, nullable=True),
     sa.Column("ended_as", sa.String(16), nullable=True),  # finalizing: the status it ends in
+    # OpenAI's output_expires_after.seconds: the output and error files live this long from their writing.
+    sa.Column("output_expires_after", sa.Float, nullable=True),
     sa.Column("deleted_at", sa.Float, nullable=True),
     # The lease: the replica running the batch, until when, and a counter raised at every
     # take-over (a line's result is kept only under the epoch it was started in).

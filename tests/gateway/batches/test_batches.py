@@ -116,12 +116,37 @@ async def test_a_problem_of_the_whole_file_names_no_line(jobs_gateway):
     ({"input_file_id": "file-x", "endpoint": "/v1/moderations", "completion_window": "24h"}, "endpoint"),
     ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "1h"}, "completion_window"),
     ({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "input_file_id"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h",
+      "output_expires_after": {"anchor": "batch_created_at", "seconds": 3600}}, "output_expires_after.anchor"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h",
+      "output_expires_after": {"anchor": "created_at", "seconds": 60}}, "output_expires_after.seconds"),
 ])
 async def test_create_refusals_name_the_field(jobs_gateway, body, param):
     base_url, _ = jobs_gateway
     with pytest.raises(openai.BadRequestError) as caught:
         await sdk(base_url).post("/batches", body=body, cast_to=object)
     assert caught.value.body["param"] == param
+
+
+async def test_output_expires_after_sets_how_long_the_output_and_error_files_live(jobs_gateway, fake_engine):
+    """The SDK's ``output_expires_after`` (anchored at the file's creation) was ignored: the output
+    and error files lived FILES_RETENTION_SECONDS (30 days) whatever the batch asked."""
+    base_url, _ = jobs_gateway
+    fake_engine.mode = "http_400"  # (every line in the error file; the output file is checked below)
+    client = sdk(base_url)
+    failing = await submit(client, [chat_line("a", "fake-model")],
+                           output_expires_after={"anchor": "created_at", "seconds": 3600})
+    failing = await wait_status(lambda: client.batches.retrieve(failing.id), ("completed",))
+    fake_engine.mode = "ok"
+    ok = await submit(client, [chat_line("b", "fake-model")], output_expires_after={"anchor": "created_at",
+                                                                                    "seconds": 7200})
+    ok = await wait_status(lambda: client.batches.retrieve(ok.id), ("completed",))
+    errors, output = (await client.files.retrieve(failing.error_file_id), await client.files.retrieve(ok.output_file_id))
+    assert (errors.expires_at - errors.created_at, output.expires_at - output.created_at) == (3600, 7200)
+    plain = await submit(client, [chat_line("c", "fake-model")])
+    plain = await wait_status(lambda: client.batches.retrieve(plain.id), ("completed",))
+    kept = await client.files.retrieve(plain.output_file_id)
+    assert kept.expires_at - kept.created_at == 30 * 24 * 3600  # without it: FILES_RETENTION_SECONDS
 
 
 async def test_cancel_stops_queued_lines_and_lets_running_ones_finish(jobs_settings, fake_engine):

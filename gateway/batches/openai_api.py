@@ -11,9 +11,12 @@ from fastapi import APIRouter, Query, Request
 from gateway.batches.model import (
     CANCELLED,
     CANCELLING,
+    COMPLETED,
     COMPLETION_WINDOWS,
     ENDED,
     ENDPOINTS,
+    FINALIZING,
+    IN_PROGRESS,
     OPENAI,
     VALIDATING,
     BatchRecord,
@@ -36,13 +39,23 @@ def _time(value: float | None) -> int | None:
     return int(value) if value is not None else None
 
 
+def _status(record: BatchRecord) -> str:
+    """The status OpenAI's clients expect: ``finalizing`` is "the batch has completed and the results
+    are being prepared", so a batch writing its files on its way to another end (``ended_as``) shows
+    the status it ends from: ``cancelling`` (then ``cancelled``), else ``in_progress`` (then
+    ``expired``, or ``failed`` for a key revoked)."""
+    if record.status != FINALIZING or record.ended_as in (None, COMPLETED):
+        return record.status
+    return CANCELLING if record.ended_as == CANCELLED else IN_PROGRESS
+
+
 def batch_object(record: BatchRecord) -> dict:
     """OpenAI's ``Batch``."""
     return {
         "id": record.id, "object": "batch", "endpoint": record.endpoint, "model": record.model,
         "errors": {"object": "list", "data": record.errors} if record.errors else None,
         "input_file_id": record.input_file_id, "completion_window": record.completion_window,
-        "status": record.status, "output_file_id": record.output_file_id, "error_file_id": record.error_file_id,
+        "status": _status(record), "output_file_id": record.output_file_id, "error_file_id": record.error_file_id,
         "created_at": int(record.created_at), "in_progress_at": _time(record.in_progress_at),
         "expires_at": _time(record.expires_at), "finalizing_at": _time(record.finalizing_at),
         "completed_at": _time(record.completed_at), "failed_at": _time(record.failed_at),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 import time
 
 import anthropic
@@ -16,6 +17,7 @@ import openai
 import orjson
 import pytest
 
+from gateway.batches import results
 from tests.gateway.batches.conftest import chat_line, jobs_ready, wait_status
 from tests.support.gateway import OTHER_KEY, READ_KEY, running_gateway
 
@@ -173,6 +175,37 @@ async def test_cancel_stops_queued_lines_and_lets_running_ones_finish(jobs_setti
             done = await submit(client, [chat_line("x", "fake-model")])
             await wait_status(lambda: client.batches.retrieve(done.id), ("completed",))
             await client.batches.cancel(done.id)
+
+
+async def test_a_cancelled_batch_goes_from_cancelling_to_cancelled_never_finalizing(jobs_settings, fake_engine,
+                                                                                     monkeypatch):
+    """OpenAI's ``finalizing`` is "the batch has completed and the results are being prepared": a
+    cancelled batch shows ``cancelling`` while its files are written (it showed ``finalizing``, which
+    a poller reads as a batch that completed), as docs/batches.md says: cancelling -> cancelled."""
+    writing, written = threading.Event(), threading.Event()
+    real = results.write_openai_files
+
+    async def held(*args, **kwargs):  # (in the gateway's thread and loop)
+        writing.set()
+        await asyncio.to_thread(written.wait, 60)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(results, "write_openai_files", held)
+    fake_engine.response_delay = 0.3
+    async with running_gateway(jobs_settings(batch_concurrency=1)) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(5)])
+        await until_true(lambda: fake_engine.received, "the first line at the engine")
+        await client.batches.cancel(batch.id)
+        await until_true(writing.is_set, "the cancelled batch's files being written")
+        try:
+            seen = await client.batches.retrieve(batch.id)
+        finally:
+            written.set()
+        assert seen.status == "cancelling"
+        batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("cancelled",))
+        assert batch.cancelled_at and batch.error_file_id
 
 
 async def until_true(condition, what: str, timeout: float = 60.0) -> None:

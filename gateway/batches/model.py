@@ -61,6 +61,8 @@ class BatchRecord:
     ended_as: str | None
     lease_epoch: int
     output_expires_after: float | None = None  # seconds the output and error files live (None: FILES_RETENTION_SECONDS)
+    cached_tokens: int = 0     # of input_tokens, summed from the lines' usage
+    reasoning_tokens: int = 0  # of output_tokens, the same
 
 
 @dataclass(frozen=True)
@@ -95,4 +97,4 @@ class Finished:
     status_code: int | None
     response: str | None
     error: str | None = None
-    usage: tuple[int, int] = (0, 0)
+    usage: tuple[int, ...] = (0, 0, 0, 0)  # (prompt, completion, cached, reasoning): the last two may be left out

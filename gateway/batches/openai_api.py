@@ -62,8 +62,9 @@ def batch_object(record: BatchRecord) -> dict:
         "expired_at": _time(record.expired_at), "cancelling_at": _time(record.cancelling_at),
         "cancelled_at": _time(record.cancelled_at),
         "request_counts": {"total": record.total, "completed": record.completed, "failed": record.failed},
-        "usage": {"input_tokens": record.input_tokens, "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens": record.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+        "usage": {"input_tokens": record.input_tokens, "input_tokens_details": {"cached_tokens": record.cached_tokens},
+                  "output_tokens": record.output_tokens,
+                  "output_tokens_details": {"reasoning_tokens": record.reasoning_tokens},
                   "total_tokens": record.input_tokens + record.output_tokens},
         "metadata": record.metadata,
     }

@@ -361,7 +361,7 @@ def finished(run: LineRun, result: LineResult) -> Finished:
     return Finished(run, SUCCEEDED if 200 <= result.status_code < 300 else ERRORED, result.status_code,
                     orjson.dumps(result.body).decode(),
                     orjson.dumps(result.error).decode() if result.error is not None else None,
-                    (used.prompt, used.completion))
+                    (used.prompt, used.completion, used.cached, used.reasoning))
 
 
 def refused_line(endpoint: str, refusal: OwnerKeyRefused) -> LineResult:

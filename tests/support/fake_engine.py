@@ -42,6 +42,8 @@ class FakeEngine:
     first_chunk_delay: float = 0.0
     response_delay: float = 0.0  # seconds before a non-streamed answer: the engine "generating"
     models_delay: float = 0.0    # seconds before /v1/models answers (3600: a frozen engine)
+    cached_tokens: int = 0       # >0: non-streamed answers report prompt_tokens_details.cached_tokens (vLLM's
+                                 # --enable-prompt-tokens-details)
     end_delay: float = 0.0       # seconds between a stream's [DONE] and the end of its body (its last chunk)
     received: list[Received] = field(default_factory=list)
     streams_started: int = 0
@@ -140,10 +142,12 @@ class FakeEngine:
             if chat
             else {"index": 0, "text": "tok " * n_tokens, "finish_reason": "length"}
         )
+        usage = {"prompt_tokens": 5, "total_tokens": 5 + n_tokens, "completion_tokens": n_tokens}
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return web.json_response({
             "id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion", "created": 0,
-            "model": payload.get("model"), "choices": [choice],
-            "usage": {"prompt_tokens": 5, "total_tokens": 5 + n_tokens, "completion_tokens": n_tokens},
+            "model": payload.get("model"), "choices": [choice], "usage": usage,
         })
 
     async def _stream(self, request: web.Request, payload: dict) -> web.StreamResponse:

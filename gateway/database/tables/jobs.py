@@ -52,6 +52,8 @@ batches = sa.Table(
     sa.Column("failed", sa.Integer, nullable=False, server_default="0"),
     sa.Column("input_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("output_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cached_tokens", sa.BigInteger, nullable=False, server_default="0"),  # of input_tokens
+    sa.Column("reasoning_tokens", sa.BigInteger, nullable=False, server_default="0"),  # of output_tokens
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Column("in_progress_at", sa.Float, nullable=True),

@@ -80,6 +80,18 @@ async def test_a_batch_completes_with_one_output_line_per_input(jobs_gateway, fa
         await sdk(base_url, OTHER_KEY).batches.retrieve(batch.id)
 
 
+async def test_the_batch_usage_sums_the_lines_cached_tokens(jobs_gateway, fake_engine):
+    """``usage.input_tokens_details.cached_tokens`` is the lines' sum (it was always 0, whatever the
+    engine reported: a prefix-cached batch looked uncached)."""
+    base_url, _ = jobs_gateway
+    fake_engine.cached_tokens = 3
+    client = sdk(base_url)
+    batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(4)])
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("completed",))
+    assert batch.usage.input_tokens == 4 * 5 and batch.usage.input_tokens_details.cached_tokens == 4 * 3
+    assert batch.usage.output_tokens_details.reasoning_tokens == 0
+
+
 async def test_bad_lines_fail_the_batch_with_their_line_numbers(jobs_gateway, fake_engine):
     base_url, _ = jobs_gateway
     client = sdk(base_url)

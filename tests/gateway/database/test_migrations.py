@@ -47,7 +47,7 @@ async def test_each_revision_goes_up_and_down(database_url):
     assert await tables_of(database_url) == KEYS_TABLES | {VERSION_TABLE}
     await asyncio.to_thread(runner.upgrade, database_url)
     assert await tables_of(database_url) == KEYS_TABLES | JOBS_TABLES | {VERSION_TABLE}
-    assert await versions_of(database_url) == ["g0003"]
+    assert await versions_of(database_url) == ["g0004"]
     await asyncio.to_thread(runner.upgrade, database_url)  # again: nothing left to do
     await asyncio.to_thread(runner.downgrade, database_url, "g0001")
     assert await tables_of(database_url) == KEYS_TABLES | {VERSION_TABLE}
@@ -61,10 +61,10 @@ async def test_each_revision_goes_up_and_down(database_url):
 
 async def test_one_version_table_holds_the_whole_history(migrated):
     assert [name for name in await tables_of(migrated) if "alembic" in name] == [VERSION_TABLE]
-    assert await versions_of(migrated) == ["g0003"]
+    assert await versions_of(migrated) == ["g0004"]
     script = ScriptDirectory.from_config(runner.alembic_config(migrated))
-    assert script.get_heads() == ["g0003"]  # one line: no branch, no second base
-    assert [revision.revision for revision in script.walk_revisions()] == ["g0003", "g0002", "g0001"]
+    assert script.get_heads() == ["g0004"]  # one line: no branch, no second base
+    assert [revision.revision for revision in script.walk_revisions()] == ["g0004", "g0003", "g0002", "g0001"]
 
 
 async def test_the_migrated_schema_is_the_one_the_code_declares(migrated):
@@ -86,7 +86,7 @@ async def test_the_marketplace_history_stays_its_own(migrated):
     await migrate(migrated)
     versions = {name for name in await tables_of(migrated) if "alembic" in name}
     assert versions == {VERSION_TABLE, "marketplace_alembic_version"}
-    assert await versions_of(migrated) == ["g0003"]
+    assert await versions_of(migrated) == ["g0004"]
 
 
 async def test_two_starts_in_one_process_take_turns_and_both_become_ready(database_url):
@@ -94,7 +94,7 @@ async def test_two_starts_in_one_process_take_turns_and_both_become_ready(databa
     try:
         await asyncio.gather(first.start(), second.start())
         assert first.ready and second.ready, (first.error, second.error)
-        assert await versions_of(database_url) == ["g0003"]
+        assert await versions_of(database_url) == ["g0004"]
     finally:
         await first.stop()
         await second.stop()
@@ -108,7 +108,7 @@ async def test_replicas_migrating_at_once_leave_one_history(database_url):
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT) for _ in range(3)]
     outputs = await asyncio.wait_for(asyncio.gather(*(process.communicate() for process in processes)), 120)
     assert [process.returncode for process in processes] == [0, 0, 0], [out.decode()[-2000:] for out, _ in outputs]
-    assert await versions_of(database_url) == ["g0003"]
+    assert await versions_of(database_url) == ["g0004"]
     assert await tables_of(database_url) == KEYS_TABLES | JOBS_TABLES | {VERSION_TABLE}
 
 

@@ -278,6 +278,9 @@ class Settings(BaseSettings):
     files_quota_bytes_per_key: int = Field(1024 * 1024 * 1024, ge=0)
     # How long a file is kept when its upload names no expiry (OpenAI keeps batch files 30 days).
     files_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    # The address clients reach the gateway at, for the URLs it hands out (a Message Batch's results_url):
+    # behind a TLS-terminating proxy the request's own address would be http:// (docs/batches.md).
+    public_base_url: str | None = None
     batch_max_lines: int = Field(50_000, ge=1)
     # Lines of batches one replica runs at once (the engines' batch band sees at most this many).
     batch_concurrency: int = Field(8, ge=1)
@@ -317,6 +320,17 @@ class Settings(BaseSettings):
             return None  # KEY_ID_SECRET= (empty, as compose passes an unset variable): unset
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("KEY_ID_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+        return value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _public_base_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")) or "?" in value or "#" in value:
+            raise ValueError("PUBLIC_BASE_URL must be an http:// or https:// URL without a query or fragment, "
+                             "the address clients reach the gateway at")
         return value
 
     @field_validator("redis_url")

@@ -74,6 +74,24 @@ def batch_object(record: BatchRecord, counts: dict[str, int], base_url: str) -> 
     }
 
 
+def public_base_url(request: Request, configured: str | None) -> str:
+    """Where clients reach this gateway, for the ``results_url`` they fetch with their API key.
+
+    ``PUBLIC_BASE_URL`` when set; else the address of the request itself, made ``https://`` when the
+    proxy in front says the client used TLS (``X-Forwarded-Proto``): behind a TLS-terminating proxy
+    the request reaches the gateway over plain HTTP, and a client (Anthropic's SDK does) would send
+    its key to an ``http://`` ``results_url`` in clear. The header only ever upgrades the scheme, and
+    only this client's own answer: no host is taken from a header.
+    """
+    if configured:
+        return configured
+    base = str(request.base_url).rstrip("/")
+    forwarded = request.headers.get("x-forwarded-proto", "")
+    if base.startswith("http://") and forwarded.split(",", 1)[0].strip().lower() == "https":
+        base = "https://" + base.removeprefix("http://")
+    return base
+
+
 def _lines(raw: bytes, batch_id: str, max_lines: int) -> list[dict]:
     try:
         body = orjson.loads(raw)
@@ -115,7 +133,8 @@ def anthropic_batches_router(store: BatchStore, worker: BatchWorker) -> APIRoute
     window = worker.settings.batch_window_seconds
 
     async def shown(record: BatchRecord, request: Request) -> dict:
-        return batch_object(record, await store.line_counts(record.id), str(request.base_url).rstrip("/"))
+        return batch_object(record, await store.line_counts(record.id),
+                            public_base_url(request, worker.settings.public_base_url))
 
     @router.post("", summary="Create a Message Batch")
     async def create(request: Request, principal: PrincipalDep) -> dict:

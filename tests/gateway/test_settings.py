@@ -48,3 +48,13 @@ def test_no_settings_class_shows_a_database_password():
                 if name.endswith("database_url")}
         shown = repr(cls(**urls))
         assert "db-password-3" not in shown, cls.__name__
+
+
+def test_public_base_url_is_an_http_address_kept_without_its_trailing_slash():
+    assert Settings(public_base_url="https://gateway.example.com/llm/").public_base_url == \
+        "https://gateway.example.com/llm"
+    assert Settings(public_base_url="").public_base_url is None
+    for wrong in ("gateway.example.com", "ftp://gateway.example.com", "https://gateway.example.com/?a=1"):
+        with pytest.raises(ValidationError) as refused:
+            Settings(public_base_url=wrong)
+        assert "public_base_url" in str(refused.value) and "http:// or https://" in str(refused.value)

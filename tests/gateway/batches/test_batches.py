@@ -348,3 +348,36 @@ async def test_messages_batch_refusals_in_anthropics_envelope(jobs_gateway):
     batch = await client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
     cancelled = await client.messages.batches.cancel(batch.id)
     assert cancelled.processing_status in ("canceling", "ended")
+
+
+async def ended_messages_batch(base_url: str) -> str:
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)
+    _clients.append(client)
+    params = {"model": "fake-model", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    batch = await client.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    await wait_status(lambda: client.messages.batches.retrieve(batch.id), ("ended",))
+    return batch.id
+
+
+async def test_results_url_is_https_behind_a_tls_proxy(jobs_gateway):
+    # The SDK fetches results_url with the API key: behind a proxy that terminates TLS, the request
+    # reaches the gateway over plain HTTP, and an http:// URL would send the key in clear.
+    base_url, _ = jobs_gateway
+    batch_id = await ended_messages_batch(base_url)
+    path = f"/v1/messages/batches/{batch_id}"
+    async with httpx.AsyncClient(base_url=base_url, headers={"x-api-key": READ_KEY}) as client:
+        direct = (await client.get(path)).json()["results_url"]
+        proxied = (await client.get(path, headers={"x-forwarded-proto": "https"})).json()["results_url"]
+        downgraded = (await client.get(path, headers={"x-forwarded-proto": "http"})).json()["results_url"]
+    host = base_url.removeprefix("http://")
+    assert direct == downgraded == f"http://{host}{path}/results"
+    assert proxied == f"https://{host}{path}/results"
+
+
+async def test_results_url_uses_public_base_url_when_set(jobs_settings):
+    async with running_gateway(jobs_settings(public_base_url="https://gateway.example.com/llm/")) as (base_url, _):
+        await jobs_ready(base_url)
+        batch_id = await ended_messages_batch(base_url)
+        async with httpx.AsyncClient(base_url=base_url, headers={"x-api-key": READ_KEY}) as client:
+            shown = (await client.get(f"/v1/messages/batches/{batch_id}")).json()
+    assert shown["results_url"] == f"https://gateway.example.com/llm/v1/messages/batches/{batch_id}/results"

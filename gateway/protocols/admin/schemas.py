@@ -21,7 +21,10 @@ class _Body(BaseModel):
 def _future(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
-    value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    try:
+        value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is past datetime's last moment in UTC (pydantic lets it through)
+        raise ValueError("is beyond the calendar's range in UTC")
     if value <= dt.datetime.now(dt.UTC):
         raise ValueError("must be in the future")
     return value

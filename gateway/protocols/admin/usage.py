@@ -23,6 +23,7 @@ from gateway.tenancy.service import Tenancy
 from gateway.tenancy.usage.report import GroupBy, usage_report
 
 DEFAULT_RANGE = dt.timedelta(days=30)
+EARLIEST = dt.datetime.min.replace(tzinfo=dt.UTC)
 From = Annotated[dt.datetime | None, Query(alias="from", description="start (ISO 8601 or Unix seconds)")]
 To = Annotated[dt.datetime | None, Query(alias="to", description="end (ISO 8601 or Unix seconds)")]
 User = Annotated[str | None, Query(alias="user", max_length=4096,
@@ -30,15 +31,19 @@ User = Annotated[str | None, Query(alias="user", max_length=4096,
 
 
 def _range(start: dt.datetime | None, end: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
-    end = _utc(end) if end is not None else dt.datetime.now(dt.UTC)
-    start = _utc(start) if start is not None else end - DEFAULT_RANGE
+    end = _utc(end, "to") if end is not None else dt.datetime.now(dt.UTC)
+    # (max: a default start before the calendar's first moment would overflow; it starts there instead)
+    start = _utc(start, "from") if start is not None else max(end, EARLIEST + DEFAULT_RANGE) - DEFAULT_RANGE
     if start > end:
         raise invalid("from", "must not be after to")
     return start, end
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+def _utc(moment: dt.datetime, field: str) -> dt.datetime:
+    try:
+        return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before datetime's first moment in UTC
+        raise invalid(field, "is beyond the calendar's range in UTC")
 
 
 def _answer(rows: list[dict], start: dt.datetime, end: dt.datetime, group_by: str) -> dict:

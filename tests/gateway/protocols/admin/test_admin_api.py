@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import httpx
 import openai
 import pytest
@@ -101,6 +103,8 @@ async def test_the_default_grace_is_the_setting(make_settings):
     ({"name": "k", "priority": "urgent"}, "priority"),
     ({"name": "k", "weight": 0}, "weight"),
     ({"name": "k", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
+    ({"name": "k", "expires_at": "9999-12-31T23:59:59-14:00"}, "expires_at"),  # past year 9999 in UTC
+    ({"name": "k", "expires_at": "0001-01-01T00:00:00+14:00"}, "expires_at"),  # before year 1 in UTC
     ({"name": "k", "models": [""]}, "models"),
 ])
 async def test_validation_errors_name_the_field(gateway, body, field):
@@ -162,6 +166,23 @@ async def test_usage_reports_the_ledger_to_admins_and_each_key_its_own(gateway):
     backwards = await gateway.get("/admin/usage", params={"from": "2030-01-02T00:00:00Z", "to": "2030-01-01T00:00:00Z"},
                                   headers=ADMIN)
     assert backwards.status_code == 400 and backwards.json()["error"]["param"] == "from"
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ({"to": "9999-12-31T23:59:59-14:00"}, "to"),    # past year 9999 in UTC
+    ({"from": "0001-01-01T00:00:00+14:00"}, "from"),  # before year 1 in UTC
+])
+async def test_usage_times_beyond_the_calendar_are_a_400_naming_them(gateway, query, field):
+    for path in ("/admin/usage", "/v1/usage"):
+        answer = await gateway.get(path, params=query, headers=ADMIN)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == field, answer.text
+
+
+async def test_usage_up_to_the_first_day_of_the_calendar_starts_there(gateway):
+    """The default range (30 days before ``to``) stops at the calendar's first moment."""
+    answer = await gateway.get("/v1/usage", params={"to": "0001-01-02T00:00:00Z"}, headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["from"] == int(dt.datetime.min.replace(tzinfo=dt.UTC).timestamp())
 
 
 async def test_health_shows_the_key_store_and_the_limiter(gateway):

@@ -20,6 +20,9 @@ from gateway.http.errors import http_error
 
 MAX_ERRORS = 1000
 MAX_CUSTOM_ID = 255
+# How much of a line's value an error quotes: the errors are stored with the batch and sent with every
+# retrieve and list, so a line's megabytes must not be copied into them.
+QUOTED_CHARS = 100
 
 
 class EnginesNotReady(Exception):
@@ -61,6 +64,11 @@ async def split_lines(chunks: AsyncIterator[bytes], max_line_bytes: int) -> Asyn
         yield number + 1, None if too_long else bytes(pending)
 
 
+def _quoted(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= QUOTED_CHARS else shown[:QUOTED_CHARS] + "..."
+
+
 def check_line(checked: Checked, number: int, raw: bytes | None, *, endpoint: str, seen: set[str],
                resolve: Callable[[str], None]) -> None:
     """Check one line, adding it or its errors to ``checked``; ``resolve`` raises for a model none serves."""
@@ -94,7 +102,7 @@ def check_line(checked: Checked, number: int, raw: bytes | None, *, endpoint: st
         return
     if item.get("url") != endpoint:
         checked.error(number, "mismatched_endpoint",
-                      f"url {item.get('url')!r} is not the batch's endpoint {endpoint}", "url")
+                      f"url {_quoted(item.get('url'))} is not the batch's endpoint {endpoint}", "url")
         return
     body = item.get("body")
     if not isinstance(body, dict):
@@ -112,7 +120,7 @@ def check_line(checked: Checked, number: int, raw: bytes | None, *, endpoint: st
     except Failure as failure:  # NotFound: no engine serves it; Unavailable: none has said yet
         if http_error(failure).status == 503:
             raise EnginesNotReady() from failure
-        checked.error(number, "model_not_found", f"no engine serves the model {model!r}", "body.model")
+        checked.error(number, "model_not_found", f"no engine serves the model {_quoted(model)}", "body.model")
         return
     checked.model = checked.model or model
     checked.lines.append((number, custom_id, orjson.dumps(body)))

@@ -125,6 +125,20 @@ async def test_a_problem_of_the_whole_file_names_no_line(jobs_gateway):
     assert [(error.code, error.line) for error in batch.errors.data] == [("empty_file", None)]
 
 
+async def test_an_error_quotes_only_the_start_of_a_lines_value(jobs_gateway):
+    """A batch's errors are stored with it and sent with every retrieve and list: a megabyte-long url or model
+    quoted whole made a 2 MB file a 2 MB batch object."""
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    long = "x" * 1_000_000
+    batch = await submit(client, [{**chat_line("long-url", "fake-model"), "url": "/" + long},
+                                  chat_line("long-model", long)])
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("failed",))
+    assert {(error.line, error.code) for error in batch.errors.data} == {(1, "mismatched_endpoint"),
+                                                                          (2, "model_not_found")}
+    assert all(len(error.message) < 300 and "xxx" in error.message for error in batch.errors.data)
+
+
 @pytest.mark.parametrize("body,param", [
     ({"endpoint": "/v1/chat/completions", "completion_window": "24h"}, "input_file_id"),
     ({"input_file_id": "file-x", "endpoint": "/v1/moderations", "completion_window": "24h"}, "endpoint"),

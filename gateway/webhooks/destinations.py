@@ -39,18 +39,27 @@ def address_allowed(address: str, allowed: list[Network]) -> bool:
 
 def check_url(url: str) -> tuple[str, int]:
     """(host, port) of a URL a webhook may name: http(s), a host, no credentials; else ``DestinationRefused``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # http://[zz]/: brackets around what is no IP address
+        raise DestinationRefused("the webhook URL is not valid")
     if parts.scheme not in ("http", "https"):
         raise DestinationRefused("a webhook URL must be http:// or https://")
-    if not parts.hostname:
+    if not host:
         raise DestinationRefused("a webhook URL must name a host")
+    if literal_address(host) is None:
+        try:
+            host.encode("idna")
+        except UnicodeError:  # an empty label or one over 63 characters: the resolver raises this, not an OSError
+            raise DestinationRefused("the webhook URL's host is not a valid name")
     if parts.username or parts.password:
         raise DestinationRefused("a webhook URL may not carry credentials")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise DestinationRefused("the webhook URL's port is not valid")
-    return parts.hostname, port
+    return host, port
 
 
 def literal_address(host: str) -> str | None:

@@ -60,7 +60,9 @@ async def test_registration_refuses_private_and_loopback_destinations(jobs_setti
     async with running_gateway(settings) as (base_url, _):
         await jobs_ready(base_url)
         for url in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://169.254.169.254/latest",
-                    "http://localhost:9/x", "http://[::1]:9/x", "ftp://example.com/x", "http://user:pw@example.com/"):
+                    "http://localhost:9/x", "http://[::1]:9/x", "ftp://example.com/x", "http://user:pw@example.com/",
+                    # not a URL or not a host name (they were 500s: the parser's ValueError, the resolver's UnicodeError)
+                    "http://[zz]/x", "http://a..example.com/", "http://" + "a" * 64 + ".example.com/"):
             answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": url, "key_id": "k"})
             assert answer.status_code == 400 and answer.json()["error"]["param"] == "url", (url, answer.text)
         answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",

@@ -41,7 +41,7 @@ from gateway.jobs.paging import page
 
 PREFIX = "/v1/messages/batches"
 TAGS = ["Anthropic-compatible"]
-CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # fullmatch: `$` would let a trailing newline through
 
 
 def _rfc3339(value: float | None) -> str | None:
@@ -110,7 +110,7 @@ def _lines(raw: bytes, batch_id: str, max_lines: int) -> list[dict]:
         if not isinstance(item, dict):
             raise GatewayError(400, f"{where}: must be an object with custom_id and params", param=where)
         custom_id = item.get("custom_id")
-        if not isinstance(custom_id, str) or not CUSTOM_ID.match(custom_id):
+        if not isinstance(custom_id, str) or not CUSTOM_ID.fullmatch(custom_id):
             raise GatewayError(400, f"{where}.custom_id: 1 to 64 letters, digits, '_' or '-'",
                                param=f"{where}.custom_id")
         if custom_id in seen:

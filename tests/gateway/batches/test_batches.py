@@ -352,6 +352,7 @@ async def test_messages_batch_refusals_in_anthropics_envelope(jobs_gateway):
     _clients.append(client)
     params = {"model": "fake-model", "max_tokens": 8, "messages": []}
     for requests, param in (([{"custom_id": "a b", "params": params}], "requests.0.custom_id"),
+                            ([{"custom_id": "a\n", "params": params}], "requests.0.custom_id"),  # `$` allowed it
                             ([{"custom_id": "a", "params": params}, {"custom_id": "a", "params": params}],
                              "requests.1.custom_id"),
                             ([{"custom_id": "a", "params": {**params, "stream": True}}], "requests.0.params.stream")):

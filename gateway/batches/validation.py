@@ -92,6 +92,9 @@ def check_line(checked: Checked, number: int, raw: bytes | None, *, endpoint: st
     if len(custom_id) > MAX_CUSTOM_ID:
         checked.error(number, "invalid_value", f"custom_id is longer than {MAX_CUSTOM_ID} characters", "custom_id")
         return
+    if "\x00" in custom_id:  # PostgreSQL text cannot hold it: storing the line would fail on every try
+        checked.error(number, "invalid_value", "custom_id must not contain NUL characters", "custom_id")
+        return
     if custom_id in seen:
         checked.error(number, "duplicate_custom_id", f"custom_id {custom_id!r} is used by an earlier line",
                       "custom_id")

@@ -125,6 +125,16 @@ async def test_a_problem_of_the_whole_file_names_no_line(jobs_gateway):
     assert [(error.code, error.line) for error in batch.errors.data] == [("empty_file", None)]
 
 
+async def test_a_custom_id_with_a_nul_character_is_a_line_error(jobs_gateway):
+    """PostgreSQL text cannot hold NUL: storing such a line failed on every round, the batch stayed
+    validating and the other batches of its replica, any key's, waited behind it."""
+    base_url, _ = jobs_gateway
+    client = sdk(base_url)
+    batch = await submit(client, [chat_line("ok", "fake-model"), chat_line("a\x00b", "fake-model")])
+    batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("failed",))
+    assert [(error.line, error.code, error.param) for error in batch.errors.data] == [(2, "invalid_value", "custom_id")]
+
+
 async def test_an_error_quotes_only_the_start_of_a_lines_value(jobs_gateway):
     """A batch's errors are stored with it and sent with every retrieve and list: a megabyte-long url or model
     quoted whole made a 2 MB file a 2 MB batch object."""

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import StreamingResponse
 
 from gateway.batches import results
@@ -35,6 +35,7 @@ from gateway.batches.store import BatchStore
 from gateway.batches.worker import BatchWorker
 from gateway.http.auth import PrincipalDep
 from gateway.http.errors import GatewayError
+from gateway.http.inputs import refuse_nul
 from gateway.jobs import ids
 from gateway.jobs.owner import owner_of
 from gateway.jobs.paging import page
@@ -129,7 +130,7 @@ def _lines(raw: bytes, batch_id: str, max_lines: int) -> list[dict]:
 
 
 def anthropic_batches_router(store: BatchStore, worker: BatchWorker) -> APIRouter:
-    router = APIRouter(prefix=PREFIX, tags=TAGS)
+    router = APIRouter(prefix=PREFIX, tags=TAGS, dependencies=[Depends(refuse_nul)])
     window = worker.settings.batch_window_seconds
 
     async def shown(record: BatchRecord, request: Request) -> dict:

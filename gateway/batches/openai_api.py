@@ -6,7 +6,7 @@ import time
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from gateway.batches.model import (
     CANCELLED,
@@ -26,6 +26,7 @@ from gateway.batches.worker import BatchWorker
 from gateway.files.service import Files
 from gateway.http.auth import PrincipalDep
 from gateway.http.errors import GatewayError
+from gateway.http.inputs import refuse_nul
 from gateway.jobs import ids
 from gateway.jobs.owner import owner_of
 from gateway.jobs.paging import page
@@ -116,7 +117,7 @@ def _create_body(raw: bytes) -> dict:
 
 
 def openai_batches_router(store: BatchStore, files: Files, worker: BatchWorker) -> APIRouter:
-    router = APIRouter(tags=TAGS)
+    router = APIRouter(tags=TAGS, dependencies=[Depends(refuse_nul)])
     window = worker.settings.batch_window_seconds
 
     @router.post("/v1/batches", summary="Create a batch from an uploaded JSONL file")

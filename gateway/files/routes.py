@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import StreamingResponse
 
 from gateway.files.service import KNOWN_PURPOSES, UPLOAD_PURPOSES, Files
 from gateway.files.upload import boundary_of, read_form
 from gateway.http.auth import PrincipalDep
 from gateway.http.errors import GatewayError
+from gateway.http.inputs import refuse_nul
 from gateway.http.raw_routes import MULTIPART_EXTRA
 from gateway.jobs.owner import owner_of
 from gateway.jobs.paging import page
@@ -47,7 +48,7 @@ def _expires_after(fields: dict[str, str]) -> float | None:
 
 
 def files_router(files: Files) -> APIRouter:
-    router = APIRouter(tags=TAGS)
+    router = APIRouter(tags=TAGS, dependencies=[Depends(refuse_nul)])
 
     @router.post(FILES_PATH, summary="Upload a file (multipart: file, purpose=batch)", openapi_extra=MULTIPART_EXTRA)
     async def upload_file(request: Request, principal: PrincipalDep) -> dict:

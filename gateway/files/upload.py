@@ -100,7 +100,9 @@ class _Parse:
                 self._is_file = True
                 if self.form.filename is not None:
                     raise GatewayError(400, "the upload has more than one file", param="file")
-                self.form.filename = filename.decode("utf-8", "replace").replace("\\", "/").rsplit("/", 1)[-1]
+                # (a NUL becomes U+FFFD like undecodable bytes: PostgreSQL text cannot hold it)
+                self.form.filename = filename.decode("utf-8", "replace").replace("\x00", "\ufffd") \
+                    .replace("\\", "/").rsplit("/", 1)[-1]
         self._header_name, self._header_value = b"", b""
 
     def part_data(self, data: bytes, start: int, end: int) -> None:

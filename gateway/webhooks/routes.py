@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field, field_validator
 
 from gateway.http.auth import WriterDep
+from gateway.http.inputs import no_nul, refuse_nul
 from gateway.webhooks.endpoints import Endpoints
 
 PREFIX = "/admin/webhooks"
@@ -19,9 +20,11 @@ class EndpointIn(BaseModel):
     team_id: str | None = Field(None, max_length=64)  # reserved for teams
     description: str | None = Field(None, max_length=255)
 
+    _no_nul = field_validator("*")(no_nul)
+
 
 def webhooks_router(endpoints: Endpoints) -> APIRouter:
-    router = APIRouter(prefix=PREFIX, tags=TAGS)
+    router = APIRouter(prefix=PREFIX, tags=TAGS, dependencies=[Depends(refuse_nul)])
 
     @router.post("", summary="Register a webhook endpoint (its signing secret is in this answer only)")
     async def create(body: EndpointIn, _: WriterDep) -> dict:

@@ -329,6 +329,17 @@ async def test_an_unknown_list_cursor_is_a_404_naming_its_own_parameter(jobs_gat
                 assert error["param"] == param  # (Anthropic's envelope has no param: the message names it)
 
 
+async def test_a_nul_character_in_a_list_cursor_is_a_400_naming_it(jobs_gateway):
+    """PostgreSQL refuses NUL even in a comparison: the cursor reached the database and came back a 503 'retry'."""
+    base_url, _ = jobs_gateway
+    async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {READ_KEY}"}) as client:
+        for path, param in (("/v1/batches?after=%00", "after"), ("/v1/messages/batches?after_id=%00", "after_id"),
+                            ("/v1/messages/batches?before_id=%00", "before_id")):
+            response = await client.get(path)
+            assert response.status_code == 400, (path, response.text)
+            assert response.json()["error"]["message"].startswith(f"{param}:")
+
+
 async def test_a_messages_batch_with_the_anthropic_sdk(jobs_gateway, fake_engine):
     base_url, _ = jobs_gateway
     client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)

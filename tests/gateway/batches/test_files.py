@@ -61,6 +61,22 @@ async def test_another_key_sees_nothing(jobs_gateway):
     assert (await sdk(base_url).files.retrieve(mine.id)).id == mine.id  # still there
 
 
+async def test_nul_characters_are_refused_or_replaced(jobs_gateway):
+    """PostgreSQL text cannot hold NUL, even to compare: a cursor or purpose holding one is a 400 naming it,
+    a file name's becomes U+FFFD as undecodable bytes do (both were 503s 'retry' on PostgreSQL)."""
+    base_url, _ = jobs_gateway
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {READ_KEY}"}) as client:
+        for params, param in (({"after": "\x00"}, "after"), ({"purpose": "b\x00"}, "purpose")):
+            response = await client.get("/v1/files", params=params)
+            assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+        upload = (b'--B\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+                  b'--B\r\nContent-Disposition: form-data; name="file"; filename="a\x00b.jsonl"\r\n\r\n' + CONTENT +
+                  b"\r\n--B--\r\n")  # (the openai SDK percent-encodes the name: a raw NUL comes from others)
+        created = await client.post("/v1/files", content=upload,
+                                    headers={"content-type": "multipart/form-data; boundary=B"})
+    assert created.status_code == 200 and created.json()["filename"] == "a\ufffdb.jsonl", created.text
+
+
 async def test_paging_after_limit_order(jobs_gateway):
     base_url, _ = jobs_gateway
     client = sdk(base_url)

@@ -68,6 +68,13 @@ async def test_registration_refuses_private_and_loopback_destinations(jobs_setti
         answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",
                                                                          "events": ["batch.nope"]})
         assert answer.json()["error"]["param"] == "events"
+        # NUL characters, which PostgreSQL text cannot hold (they were 503s 'retry' there)
+        answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",
+                                                                         "description": "a\x00b"})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "description", answer.text
+        for path, param in (("/admin/webhooks/we_%00", "webhook_id"), ("/admin/webhooks?key_id=%00", "key_id")):
+            answer = await admin(base_url, "GET", path)
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
         refused = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/", "key_id": "k"},
                               headers={"authorization": f"Bearer {READ_KEY}"})
         assert refused.status_code == 403

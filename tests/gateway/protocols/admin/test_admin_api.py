@@ -106,6 +106,8 @@ async def test_the_default_grace_is_the_setting(make_settings):
     ({"name": "k", "expires_at": "9999-12-31T23:59:59-14:00"}, "expires_at"),  # past year 9999 in UTC
     ({"name": "k", "expires_at": "0001-01-01T00:00:00+14:00"}, "expires_at"),  # before year 1 in UTC
     ({"name": "k", "models": [""]}, "models"),
+    ({"name": "a\x00b"}, "name"),  # PostgreSQL text cannot hold NUL
+    ({"name": "k", "models": ["m\x00"]}, "models"),
 ])
 async def test_validation_errors_name_the_field(gateway, body, field):
     answer = await gateway.post("/admin/keys", json=body, headers=ADMIN)
@@ -183,6 +185,20 @@ async def test_usage_up_to_the_first_day_of_the_calendar_starts_there(gateway):
     answer = await gateway.get("/v1/usage", params={"to": "0001-01-02T00:00:00Z"}, headers=ADMIN)
     assert answer.status_code == 200, answer.text
     assert answer.json()["from"] == int(dt.datetime.min.replace(tzinfo=dt.UTC).timestamp())
+
+
+@pytest.mark.parametrize(("method", "path", "params", "field"), [
+    ("GET", "/admin/keys/key_%00", None, "key_id"),
+    ("POST", "/admin/keys/key_%00/rotate", None, "key_id"),
+    ("DELETE", "/admin/teams/team_%00", None, "team_id"),
+    ("GET", "/admin/keys", {"after": "\x00"}, "after"),
+    ("GET", "/admin/teams", {"after": "\x00"}, "after"),
+    ("GET", "/admin/usage", {"team_id": "\x00"}, "team_id"),
+])
+async def test_a_nul_character_in_the_path_or_query_is_a_400_naming_it(gateway, method, path, params, field):
+    """PostgreSQL refuses NUL even in a comparison: it reached the database and came back a 503 'retry'."""
+    answer = await gateway.request(method, path, params=params, headers=ADMIN)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == field, answer.text
 
 
 async def test_health_shows_the_key_store_and_the_limiter(gateway):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.http.auth import WriterDep
 from gateway.http.inputs import no_nul, refuse_nul
@@ -14,6 +14,8 @@ TAGS = ["Webhooks (admin)"]
 
 
 class EndpointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # as the admin API's bodies: a misspelt field must not pass unseen
+
     url: str = Field(max_length=2048)
     events: list[str] | None = None  # default: every event
     key_id: str | None = Field(None, max_length=64)  # whose batches and responses

@@ -68,6 +68,10 @@ async def test_registration_refuses_private_and_loopback_destinations(jobs_setti
         answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",
                                                                          "events": ["batch.nope"]})
         assert answer.json()["error"]["param"] == "events"
+        # an unknown field is refused, as the admin API's: a misspelt "event" subscribed to every event
+        answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",
+                                                                         "event": ["batch.failed"]})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "event", answer.text
         # NUL characters, which PostgreSQL text cannot hold (they were 503s 'retry' there)
         answer = await admin(base_url, "POST", "/admin/webhooks", json={"url": "https://example.com/x", "key_id": "k",
                                                                          "description": "a\x00b"})

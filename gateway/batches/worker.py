@@ -148,7 +148,14 @@ class BatchWorker:
                 if epoch is not None:
                     self.held[batch_id] = epoch
         for batch_id, epoch in list(self.held.items()):
-            await self._step(batch_id, epoch)
+            try:
+                await self._step(batch_id, epoch)
+            except BaseException:
+                # To the back of the order, and the round ends (the database may be down: every step would
+                # wait on it): a batch whose step keeps failing cannot keep the others behind it from theirs.
+                if self.held.pop(batch_id, None) is not None:
+                    self.held[batch_id] = epoch
+                raise
         if now - self._swept >= min(SWEEP_EVERY_SECONDS, self.settings.files_retention_seconds):
             self._swept = now
             await self.files.sweep()

@@ -417,3 +417,26 @@ async def test_results_url_uses_public_base_url_when_set(jobs_settings):
         async with httpx.AsyncClient(base_url=base_url, headers={"x-api-key": READ_KEY}) as client:
             shown = (await client.get(f"/v1/messages/batches/{batch_id}")).json()
     assert shown["results_url"] == f"https://gateway.example.com/llm/v1/messages/batches/{batch_id}/results"
+
+
+async def test_a_batch_whose_step_keeps_failing_does_not_hold_the_others_back(jobs_gateway):
+    # One batch's step failing on every round (a problem of its own, e.g. data its database refuses)
+    # ended each round before the batches behind it were looked at: they stayed validating for good.
+    base_url, app = jobs_gateway
+    client = sdk(base_url)
+    worker = app.state.jobs.worker
+    validate = worker._validate
+    poisoned_file = await client.files.create(file=("a.jsonl", jsonl([chat_line("a", "fake-model")])), purpose="batch")
+
+    async def failing_for_one(record, epoch):
+        if record.input_file_id == poisoned_file.id:
+            raise RuntimeError("this batch's step fails every time")
+        await validate(record, epoch)
+
+    worker._validate = failing_for_one  # (before the batch exists: its first step fails too)
+    poisoned = await client.batches.create(input_file_id=poisoned_file.id, endpoint="/v1/chat/completions",
+                                           completion_window="24h")
+    behind = await submit(client, [chat_line("b", "fake-model")])
+    done = await wait_status(lambda: client.batches.retrieve(behind.id), ("completed", "failed"), timeout=30)
+    assert done.status == "completed"
+    assert (await client.batches.retrieve(poisoned.id)).status == "validating"

@@ -20,6 +20,7 @@ from gateway.sessions.store.postgres import postgres_dsn
 
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
 SCHEMA_LOCK_KEY = 0x726573706F6E  # "respon"
+NUL = "\x00"  # PostgreSQL text cannot hold it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS stored_responses (
     owner TEXT NOT NULL,
@@ -87,6 +88,8 @@ class PostgresResponses:
         return result == "UPDATE 1"
 
     async def load_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        if NUL in response_id:  # a client's id that no row can hold: PostgreSQL refuses it even to compare
+            return None
         async with self._pool.acquire(timeout=self.timeout) as db:
             row = await db.fetchrow(
                 f"SELECT {_COLUMNS} FROM stored_responses WHERE owner = $1 AND response_id = $2 "
@@ -104,6 +107,8 @@ class PostgresResponses:
                              "AND response_id = ANY($2::text[]) AND expires_at < $3", owner, response_ids, expires_at)
 
     async def delete_response(self, owner: str, response_id: str) -> bool:
+        if NUL in response_id:
+            return False
         async with self._pool.acquire(timeout=self.timeout) as db:
             result = await db.execute("DELETE FROM stored_responses WHERE owner = $1 AND response_id = $2",
                                       owner, response_id)

@@ -57,6 +57,13 @@ async def test_postgres_keeps_them_by_the_same_rules(postgres_records):
     await test_a_turn_names_the_one_it_continues_and_a_chain_is_kept_as_long_as_its_newest(postgres_records)
 
 
+async def test_an_id_with_a_nul_character_is_a_response_no_store_holds(postgres_records):
+    # A client's id (GET/DELETE /v1/responses/{id}, previous_response_id): PostgreSQL text cannot hold
+    # NUL even to compare, and its error came back as the store being unavailable (503, "retry").
+    assert await postgres_records.load_response("k", "resp_\x00a") is None
+    assert await postgres_records.delete_response("k", "resp_\x00a") is False
+
+
 async def test_a_response_belongs_to_its_key(records):
     await records.save_response(record(streamed=True))
     got = await records.load_response("key-a", "resp_1")

@@ -126,8 +126,11 @@ async def test_a_run_whose_gateway_died_ends_failed_never_stuck_in_progress(idle
 def replica_settings(engine, tmp_path, database_url: str):
     from tests.gateway.protocols.conftest import surface_settings
 
+    # The store's bound at 15 s, as tests/gateway/sessions/test_replicas.py has it: on this 2-core machine a
+    # PostgreSQL call now and then takes over 5 s while the engine generates (a claim's plain SELECT, the
+    # event loop not blocked); riding out a stalled store is test_store_hangs.py's subject, not this test's.
     return surface_settings(engine, tmp_path, session_store="postgres", database_url=database_url,
-                            session_lease_seconds=10)
+                            session_lease_seconds=10, session_store_timeout_seconds=15)
 
 
 async def test_a_second_replica_retrieves_resumes_cancels_and_continues(idle_vllm_engine, tmp_path,

@@ -93,7 +93,14 @@ def utcnow() -> dt.datetime:
 
 
 def as_utc(moment: dt.datetime | None) -> dt.datetime | None:
-    """A stored datetime in UTC (SQLite gives naive ones back; they were written in UTC)."""
+    """``moment`` in UTC, a naive one taken as UTC (SQLite gives naive ones back; they were written in UTC).
+
+    A ValueError when UTC has no such moment: 9999-12-31T23:59:59-14:00 is past datetime's last one,
+    0001-01-01T00:00:00+14:00 before its first (a client's date, which pydantic lets through).
+    """
     if moment is None:
         return None
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+    try:
+        return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("is beyond the calendar's range in UTC") from None

@@ -7,7 +7,7 @@ import datetime as dt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.http.inputs import no_nul
-from gateway.tenancy.model import KeyRole, Limits, Priority
+from gateway.tenancy.model import KeyRole, Limits, Priority, as_utc
 from gateway.tenancy.records import KeyRecord, TeamRecord
 
 Name = Field(min_length=1, max_length=200)
@@ -24,10 +24,7 @@ class _Body(BaseModel):
 def _future(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
-    try:
-        value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-    except OverflowError:  # 9999-12-31T23:59:59-14:00 is past datetime's last moment in UTC (pydantic lets it through)
-        raise ValueError("is beyond the calendar's range in UTC")
+    value = as_utc(value)
     if value <= dt.datetime.now(dt.UTC):
         raise ValueError("must be in the future")
     return value

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Query
 from gateway.http.auth import PrincipalDep, WriterDep
 from gateway.protocols.admin.errors import invalid, mapped
 from gateway.relay.end_users import EndUsers
+from gateway.tenancy.model import as_utc
 from gateway.tenancy.service import Tenancy
 from gateway.tenancy.usage.report import GroupBy, usage_report
 
@@ -41,9 +42,9 @@ def _range(start: dt.datetime | None, end: dt.datetime | None) -> tuple[dt.datet
 
 def _utc(moment: dt.datetime, field: str) -> dt.datetime:
     try:
-        return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
-    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before datetime's first moment in UTC
-        raise invalid(field, "is beyond the calendar's range in UTC")
+        return as_utc(moment)
+    except ValueError as exc:  # (beyond the calendar in UTC)
+        raise invalid(field, str(exc)) from None
 
 
 def _answer(rows: list[dict], start: dt.datetime, end: dt.datetime, group_by: str) -> dict:

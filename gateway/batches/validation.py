@@ -17,6 +17,7 @@ import orjson
 
 from gateway.failures import Failure
 from gateway.http.errors import http_error
+from gateway.http.inputs import NUL
 
 MAX_ERRORS = 1000
 MAX_CUSTOM_ID = 255
@@ -92,7 +93,7 @@ def check_line(checked: Checked, number: int, raw: bytes | None, *, endpoint: st
     if len(custom_id) > MAX_CUSTOM_ID:
         checked.error(number, "invalid_value", f"custom_id is longer than {MAX_CUSTOM_ID} characters", "custom_id")
         return
-    if "\x00" in custom_id:  # PostgreSQL text cannot hold it: storing the line would fail on every try
+    if NUL in custom_id:  # (gateway.http.inputs: storing the line would fail on every try)
         checked.error(number, "invalid_value", "custom_id must not contain NUL characters", "custom_id")
         return
     if custom_id in seen:

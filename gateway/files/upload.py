@@ -20,6 +20,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from gateway.files.service import Upload
 from gateway.http.errors import GatewayError
+from gateway.http.inputs import NUL
 
 MAX_PARTS = 16
 MAX_HEADERS = 8
@@ -100,8 +101,8 @@ class _Parse:
                 self._is_file = True
                 if self.form.filename is not None:
                     raise GatewayError(400, "the upload has more than one file", param="file")
-                # (a NUL becomes U+FFFD like undecodable bytes: PostgreSQL text cannot hold it)
-                self.form.filename = filename.decode("utf-8", "replace").replace("\x00", "\ufffd") \
+                # (a NUL becomes U+FFFD like undecodable bytes: gateway.http.inputs)
+                self.form.filename = filename.decode("utf-8", "replace").replace(NUL, "\ufffd") \
                     .replace("\\", "/").rsplit("/", 1)[-1]
         self._header_name, self._header_value = b"", b""
 

@@ -15,7 +15,7 @@ from fastapi import Request
 
 from gateway.http.errors import GatewayError
 
-NUL = "\x00"
+NUL = "\x00"  # what PostgreSQL text cannot hold, stored or compared
 
 
 def has_nul(value: Any) -> bool:

@@ -15,12 +15,12 @@ import zlib
 import asyncpg
 
 from gateway.database.pg_schema import ensure_schema
+from gateway.http.inputs import NUL
 from gateway.protocols.responses.records.base import RUNNING_STATUSES, StoredResponse
 from gateway.sessions.store.postgres import postgres_dsn
 
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
 SCHEMA_LOCK_KEY = 0x726573706F6E  # "respon"
-NUL = "\x00"  # PostgreSQL text cannot hold it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS stored_responses (
     owner TEXT NOT NULL,

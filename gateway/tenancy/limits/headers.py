@@ -16,14 +16,20 @@ from gateway.tenancy.limits.model import RateInfo, RateLimited
 
 def duration(seconds: float) -> str:
     """OpenAI's form of a duration: ``20ms``, ``1.5s``, ``6m0s``, ``1h2m3s``."""
+    return _duration_bytes(seconds).decode()
+
+
+def _duration_bytes(seconds: float) -> bytes:
+    """``duration`` as the header's bytes, formatted as bytes (one call per reset of every answer of a
+    limited key: the text form is this, decoded)."""
     if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
+        return b"%dms" % max(0, round(seconds * 1000))
     if seconds < 60:
-        return f"{round(seconds, 3):g}s"
-    whole = math.ceil(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return (f"{hours}h" if hours else "") + f"{minutes}m{secs}s"
+        return b"%gs" % round(seconds, 3)
+    hours, rest = divmod(math.ceil(seconds), 3600)
+    if hours:
+        return b"%dh%dm%ds" % (hours, *divmod(rest, 60))
+    return b"%dm%ds" % divmod(rest, 60)
 
 
 def retry_after(seconds: float | None) -> str | None:
@@ -38,7 +44,7 @@ _BUDGET = (b"x-gateway-budget-limit", b"x-gateway-budget-remaining", b"x-gateway
 
 def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
     # Written out, not looped over the kinds, each figure formatted straight to bytes: one call per answer
-    # of a limited key (tests/gateway/tenancy/test_headers_and_settings.py compares it with ``duration``).
+    # of a limited key.
     headers: list[tuple[bytes, bytes]] = []
     if rate.requests_limit is not None:
         headers += ((_REQUESTS[0], b"%d" % rate.requests_limit), (_REQUESTS[1], b"%d" % rate.requests_remaining),
@@ -51,18 +57,6 @@ def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
         if rate.budget_reset is not None:
             headers.append((_BUDGET[2], _duration_bytes(rate.budget_reset)))
     return headers
-
-
-def _duration_bytes(seconds: float) -> bytes:
-    """``duration(seconds)`` as bytes, formatted as bytes (the same rules, written again: a test compares them)."""
-    if seconds < 1:
-        return b"%dms" % max(0, round(seconds * 1000))
-    if seconds < 60:
-        return b"%gs" % round(seconds, 3)
-    hours, rest = divmod(math.ceil(seconds), 3600)
-    if hours:
-        return b"%dh%dm%ds" % (hours, *divmod(rest, 60))
-    return b"%dm%ds" % divmod(rest, 60)
 
 
 def anthropic_headers(rate: RateInfo, *, now: dt.datetime | None = None) -> list[tuple[bytes, bytes]]:

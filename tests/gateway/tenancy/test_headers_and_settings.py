@@ -19,8 +19,12 @@ def test_openai_durations_read_as_api_openai_com_writes_them():
 
 
 def test_the_headers_bytes_durations_are_the_durations_encoded():
-    # openai_headers formats its resets straight to bytes: the same text as ``duration`` (read above) at
-    # every boundary (under a second, a minute, an hour; rounding up to the next unit) and between them.
+    # openai_headers writes its resets as bytes (duration's text is those bytes decoded): the forms at
+    # every boundary (under a second, a minute, an hour; rounding up to the next unit), as OpenAI writes them.
+    boundaries = {0.0: b"0ms", -0.5: b"0ms", 0.0004: b"0ms", 0.02: b"20ms", 0.9994: b"999ms", 0.9996: b"1000ms",
+                  1.0: b"1s", 1.5: b"1.5s", 37.1234: b"37.123s", 59.9996: b"60s", 60.0: b"1m0s", 60.0001: b"1m1s",
+                  3599.2: b"1h0m0s", 3723.0: b"1h2m3s", 86400.0: b"24h0m0s"}
+    assert {value: _duration_bytes(value) for value in boundaries} == boundaries
     values = [0.0, -0.5, 0.0004, 0.0005, 0.02, 0.4996, 0.9994, 0.9996, 1.0, 1.0004, 1.5, 6.0, 37.1234, 59.9994,
               59.9996, 60.0, 60.0001, 75.0, 3599.2, 3600.0, 3723.0, 86399.5, 86400.0, 2678400.0]
     values += [n / 7 for n in range(0, 700_000, 997)]

@@ -97,4 +97,4 @@ class Finished:
     status_code: int | None
     response: str | None
     error: str | None = None
-    usage: tuple[int, ...] = (0, 0, 0, 0)  # (prompt, completion, cached, reasoning): the last two may be left out
+    usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # (prompt, completion, cached, reasoning) tokens

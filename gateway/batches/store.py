@@ -230,7 +230,7 @@ class BatchStore:
             return await self._claim(connection, batch_id, epoch, endpoint, count)
 
     async def finish(self, run: LineRun, *, outcome: str, status_code: int | None, response: str | None,
-                     error: str | None, usage: tuple[int, ...] = (0, 0, 0, 0)) -> bool:
+                     error: str | None, usage: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bool:
         """Record a line's result, once: False when the line is no longer this run's (taken over, done)."""
         async with self.db.begin() as connection:
             return bool(await self._record(connection, [Finished(run, outcome, status_code, response, error, usage)]))
@@ -263,7 +263,7 @@ class BatchStore:
     async def _record(connection: AsyncConnection, finished: list[Finished]) -> int:
         """Each result written while its line is still ``running`` under its run's epoch, then the
         batches' counters once: how many were written (the others' runs were taken over)."""
-        totals: dict[str, list[int]] = {}  # batch id -> [completed, failed, input, output, cached, reasoning]
+        totals: dict[str, list[int]] = {}  # batch id -> [completed, failed, then the four token counts of usage]
         now = time.time()
         for item in finished:
             run = item.run
@@ -275,8 +275,8 @@ class BatchStore:
             if done:
                 total = totals.setdefault(run.batch_id, [0, 0, 0, 0, 0, 0])
                 total[0 if item.outcome == SUCCEEDED else 1] += 1
-                for index, tokens in enumerate(item.usage):
-                    total[2 + index] += tokens
+                for index, tokens in enumerate(item.usage, start=2):
+                    total[index] += tokens
         for batch_id, (completed, failed, prompt, output, cached, reasoning) in totals.items():
             await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
                 completed=batches.c.completed + completed, failed=batches.c.failed + failed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole value (fullmatch: "$" would let a trailing newline in)
 
 
 def _token() -> str:
@@ -34,4 +34,4 @@ def delivery_id() -> str:
 
 def is_valid(value: str) -> bool:
     """Whether ``value`` can be an id at all (anything else is a plain 404, never a query)."""
-    return bool(ID_PATTERN.match(value))
+    return ID_PATTERN.fullmatch(value) is not None

@@ -3,7 +3,8 @@
 For what the embedded model never produces (reasoning, ``thinking`` blocks, tool calls), the
 gateway's relay is tested on recorded streams (tests/gateway/protocols/recordings/). It also
 counts prompts the way vLLM's ``/tokenize`` and ``/v1/messages/count_tokens`` answer (a fixed
-count the test sets) and records every request, so budget tests can see what was measured.
+count the test sets; past the context, ``count_tokens`` refuses as vLLM 0.32 does, having counted
+one token beyond it) and records every request, so budget tests can see what was measured.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ class RecordedEngine:
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         self.requests.append((request.path, orjson.loads(await request.read())))
+        if self.prompt_tokens > self.max_model_len:  # vLLM's renderer stops one token past the context
+            message = (f"This model's maximum context length is {self.max_model_len} tokens. However, your prompt "
+                       f"contains at least {self.max_model_len + 1} input tokens, which exceeds this limit even "
+                       f"without any output tokens. Please reduce the length of the input prompt. "
+                       f"(parameter=input_tokens, value={self.max_model_len + 1})")
+            return web.json_response({"type": "error", "error": {"type": "BadRequestError", "message": message}},
+                                     status=400)
         return web.json_response({"input_tokens": self.prompt_tokens})
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:

@@ -7,6 +7,11 @@ these routes (``NotFoundError``, ``Bad Request``) and answers request-validation
 OpenAI's envelope with a Python-repr message; both are rewritten here, the validation
 message as ``<field>: <what is wrong>``, and a message about vLLM's ``max_completion_tokens``
 (the field vLLM converts Anthropic's ``max_tokens`` into) names ``max_tokens``.
+
+A prompt the context cannot hold is worded as Anthropic words it, ``prompt is too long: N tokens
+> M maximum`` (or, when the prompt fits but leaves no room for an answer, ``input length and
+`max_tokens` exceed context limit: N + K > M, ...``): clients recognise it by that text (Claude
+Code compacts the conversation on it, and reads the numbers to know by how much).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import orjson
 
 from gateway.engines.errors import EngineHTTPError
 from gateway.http.errors import ErrorShape, GatewayError
+from gateway.protocols.common.budget import ContextExceeded
 
 ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -42,6 +48,8 @@ def anthropic_type(status: int) -> str:
 
 def anthropic_message(error: GatewayError) -> str:
     """The message, with vLLM's validation dump (OpenAI shape, ``param: body.<field>``) made readable."""
+    if isinstance(error, ContextExceeded):
+        return _context_message(error)
     message = error.message
     if isinstance(error.__cause__, EngineHTTPError) and error.param and _VALIDATION_DUMP.match(message):
         field = error.param.removeprefix("body").lstrip(".") or "body"
@@ -51,6 +59,14 @@ def anthropic_message(error: GatewayError) -> str:
     if isinstance(error, EngineHTTPError):  # vLLM checks the converted request: its field, Anthropic's name
         return message.replace("max_completion_tokens", "max_tokens")
     return message
+
+
+def _context_message(error: ContextExceeded) -> str:
+    if error.at_least or error.prompt_tokens > error.context:
+        tokens = f"{'at least ' if error.at_least else ''}{error.prompt_tokens}"
+        return f"prompt is too long: {tokens} tokens > {error.context} maximum"
+    return (f"input length and `max_tokens` exceed context limit: {error.prompt_tokens} + {error.asked} > "
+            f"{error.context}, decrease input length or `max_tokens` and try again")
 
 
 def error_body(error: GatewayError) -> bytes:

@@ -25,13 +25,14 @@ goes on as written and the engine's own check remains the backstop.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
 
 from gateway.core import Core
-from gateway.engines.errors import EngineError
+from gateway.engines.errors import EngineError, EngineHTTPError
 from gateway.engines.routing import RouteHints
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
@@ -48,6 +49,26 @@ class Measured:
     prompt_tokens: int
     context: int | None = None
     exact: bool = True  # False: an estimate from above (the Responses API has no count route)
+    at_least: bool = False  # the engine refused to count past the context: the prompt has at least this many
+
+
+class ContextExceeded(GatewayError):
+    """A prompt that leaves no room for any answer: a 400 ``context_length_exceeded`` naming the
+    protocol's fields; the numbers stay with it, for protocols that word it their own way."""
+
+    def __init__(self, message: str, *, prompt_field: str, prompt_tokens: int, at_least: bool, context: int,
+                 asked: int) -> None:
+        super().__init__(400, message, param=prompt_field, code="context_length_exceeded")
+        self.prompt_tokens = prompt_tokens
+        self.at_least = at_least
+        self.context = context
+        self.asked = asked
+
+
+# vLLM's refusal of a prompt longer than the context (its renderer's wording, also on the routes
+# that only count, such as /v1/messages/count_tokens): it counts one token past the context, then stops.
+_ENGINE_TOO_LONG = re.compile(r"maximum context length is (\d+) tokens\. However, your prompt contains "
+                              r"(at least )?(\d+) input tokens")
 
 
 Measure = Callable[[], Awaitable[Measured | None]]
@@ -97,11 +118,12 @@ async def fit_output_limit(payload: dict, *, body_bytes: int, fields: tuple[str,
     if room < 1:
         if not measured.exact:  # an estimate from above: the engine's own count decides
             return None
-        raise GatewayError(
-            400,
-            f"the prompt ('{prompt_field}') is {measured.prompt_tokens} tokens, which leaves no room for the "
+        tokens = f"{'at least ' if measured.at_least else ''}{measured.prompt_tokens}"
+        raise ContextExceeded(
+            f"the prompt ('{prompt_field}') is {tokens} tokens, which leaves no room for the "
             f"answer ('{fields[0]}') in the model's context of {context} tokens: shorten '{prompt_field}'",
-            param=prompt_field, code="context_length_exceeded")
+            prompt_field=prompt_field, prompt_tokens=measured.prompt_tokens, at_least=measured.at_least,
+            context=context, asked=largest)
     lowered = None
     for name, value in asked:
         if value > room:
@@ -120,6 +142,11 @@ RENDERING = ("chat_template", "chat_template_kwargs", "add_special_tokens", "mm_
 async def _count(post_json, path: str, payload: dict, key: str, route) -> Measured | None:
     try:
         answer = await post_json(path, payload, route=route)
+    except EngineHTTPError as exc:  # a prompt past the context, which the engine refuses to count, or a failure
+        found = _ENGINE_TOO_LONG.search(exc.message) if exc.upstream_status == 400 else None
+        if found is None:
+            return None
+        return Measured(int(found.group(3)), int(found.group(1)), at_least=found.group(2) is not None)
     except EngineError:  # cannot count (no such route, a failure): the engine's own check decides
         return None
     count, context = answer.get(key), answer.get("max_model_len")

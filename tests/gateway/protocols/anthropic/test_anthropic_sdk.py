@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 from urllib.parse import urlparse
 
 import anthropic
@@ -98,6 +99,23 @@ def test_count_tokens_is_the_engines_count(claude, vllm_engine):
     direct = engine_post(vllm_engine, "/v1/messages/count_tokens", {"model": vllm_engine.model,
                                                                    "system": "Be brief.", "messages": HELLO}).json()
     assert counted.input_tokens == direct["input_tokens"] > 0
+
+
+def test_a_prompt_past_the_context_is_anthropics_prompt_is_too_long(claude, vllm_engine):
+    """Anthropic's wording, which clients act on (Claude Code compacts the conversation on it, and
+    reads the two numbers to know by how much), streamed or not; vLLM's own says neither."""
+    models = httpx.get(vllm_engine.base_url + "/v1/models", headers=vllm_engine.headers, timeout=30).json()
+    context = next(card["max_model_len"] for card in models["data"] if card["id"] == vllm_engine.model)
+    request = dict(model=vllm_engine.model, max_tokens=8000,
+                   messages=[{"role": "user", "content": "hello world " * context}])  # several tokens a repeat
+    for send in (claude.messages.create, lambda **body: claude.messages.stream(**body).__enter__()):
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            send(**request)
+        assert raised.value.body["error"]["type"] == "invalid_request_error"
+        message = raised.value.body["error"]["message"]
+        assert message.startswith("prompt is too long"), message
+        found = re.search(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", message, re.IGNORECASE)
+        assert found and int(found.group(1)) > context and int(found.group(2)) == context, message
 
 
 def test_x_api_key_authenticates_like_older_sdks_send_it(gateway_url, vllm_engine):

@@ -94,13 +94,20 @@ async def test_anthropic_max_tokens_is_lowered_after_count_tokens():
     assert response.headers[HEADER] == f"max_tokens 32000 -> {CONTEXT - 3000}"
 
 
-async def test_an_anthropic_prompt_that_fills_the_context_is_anthropics_400_naming_max_tokens():
+@pytest.mark.parametrize(("prompt_tokens", "message"), [
+    # the engine refuses to count a prompt past the context (it stops one token beyond it)
+    (CONTEXT + 5, f"prompt is too long: at least {CONTEXT + 1} tokens > {CONTEXT} maximum"),
+    # a prompt that fills the context exactly leaves no room for max_tokens
+    (CONTEXT, f"input length and `max_tokens` exceed context limit: {CONTEXT} + 32000 > {CONTEXT}, "
+              "decrease input length or `max_tokens` and try again"),
+])
+async def test_an_anthropic_prompt_that_fills_the_context_is_anthropics_400_in_anthropics_words(prompt_tokens,
+                                                                                                  message):
     body = {"model": "fake-model", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]}
-    response, _ = await post(CONTEXT + 5, "/v1/messages", body)
+    response, engine = await post(prompt_tokens, "/v1/messages", body)
     assert response.status_code == 400
-    payload = response.json()
-    assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error"
-    assert "'max_tokens'" in payload["error"]["message"] and "max_completion_tokens" not in payload["error"]["message"]
+    assert response.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    assert engine.bodies("/v1/messages") == []  # refused before any generation
 
 
 async def test_responses_max_output_tokens_is_lowered_from_an_estimate_of_the_input():

@@ -143,16 +143,21 @@ async def _count(post_json, path: str, payload: dict, key: str, route) -> Measur
     try:
         answer = await post_json(path, payload, route=route)
     except EngineHTTPError as exc:  # a prompt past the context, which the engine refuses to count, or a failure
-        found = _ENGINE_TOO_LONG.search(exc.message) if exc.upstream_status == 400 else None
-        if found is None:
-            return None
-        return Measured(int(found.group(3)), int(found.group(1)), at_least=found.group(2) is not None)
+        return engine_too_long(exc)
     except EngineError:  # cannot count (no such route, a failure): the engine's own check decides
         return None
     count, context = answer.get(key), answer.get("max_model_len")
     if not isinstance(count, int):
         return None
     return Measured(count, context if isinstance(context, int) else None)
+
+
+def engine_too_long(error: EngineHTTPError) -> Measured | None:
+    """What the engine's refusal of a prompt past the context says of it; None for any other error."""
+    found = _ENGINE_TOO_LONG.search(error.message) if error.upstream_status == 400 else None
+    if found is None:
+        return None
+    return Measured(int(found.group(3)), int(found.group(1)), at_least=found.group(2) is not None)
 
 
 def chat_measure(post_json, payload: dict, *, route=None) -> Measure:

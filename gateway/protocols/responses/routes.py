@@ -38,11 +38,12 @@ from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
 from gateway.core import Core
+from gateway.engines.errors import EngineHTTPError
 from gateway.failures import Failure, Gone, NotFound
 from gateway.http.admission import too_many_requests
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext
-from gateway.http.errors import OPENAI_SHAPE, GatewayError
+from gateway.http.errors import OPENAI_SHAPE, ErrorShape, GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.sessions import asked_resume
@@ -65,6 +66,17 @@ TAGS = ("OpenAI Responses",)
 ONE = "/v1/responses/{response_id}"
 CANCEL = "/v1/responses/{response_id}/cancel"
 JSON = [(b"content-type", b"application/json")]
+def _error_body(error: GatewayError) -> bytes:
+    """OpenAI's envelope; the engine's refusal of an input past the context as OpenAI's own
+    (``code: context_length_exceeded``, ``param: input``), which clients switch on (vLLM's has no
+    code and names its ``input_tokens``). The gateway's estimate of the input cannot refuse it first."""
+    cause = error.__cause__
+    if isinstance(cause, EngineHTTPError) and budget.engine_too_long(cause) is not None:
+        error = GatewayError(400, error.message, param="input", code="context_length_exceeded")
+    return OPENAI_SHAPE.body(error)
+
+
+RESPONSES_SHAPE = ErrorShape("openai", _error_body, validation_is_400=True)
 EXPIRY_SECONDS = 60.0  # how often responses past RESPONSES_RETENTION_SECONDS are deleted
 
 
@@ -281,7 +293,7 @@ class ResponsesAPI:
     def routes(self) -> list[RawRoute]:
         handlers = {("POST", RESPONSES_PATH): self.create, ("GET", ONE): self.retrieve,
                     ("POST", CANCEL): self.cancel, ("DELETE", ONE): self.delete}
-        return table.bind(table.rows("responses"), handlers, error_shape=OPENAI_SHAPE, tags=TAGS,
+        return table.bind(table.rows("responses"), handlers, error_shape=RESPONSES_SHAPE, tags=TAGS,
                           extra=lambda row: {"streams": row.method != "DELETE" and row.path != CANCEL,
                                              "control": row.path != RESPONSES_PATH,
                                              "request_schema": RESPONSES_SCHEMA if row.path == RESPONSES_PATH

@@ -265,3 +265,16 @@ def test_a_key_at_its_cap_can_still_look_at_cancel_and_delete_its_background_run
     assert looked.status in ("queued", "in_progress")
     assert cancelled.status == "cancelled"
     assert after.usage.output_tokens == 4
+
+
+def test_an_input_past_the_context_is_openais_context_length_exceeded(sdk, vllm_engine):
+    """OpenAI's code and param, which clients switch on (vLLM's 400 has no code and names its own
+    ``input_tokens``), whether the response was to be streamed, run in the background, or neither."""
+    models = httpx.get(vllm_engine.base_url + "/v1/models", headers=vllm_engine.headers, timeout=30).json()
+    context = next(card["max_model_len"] for card in models["data"] if card["id"] == vllm_engine.model)
+    too_long = "hello world " * context  # several tokens a repeat
+    for extra in ({}, {"stream": True}, {"background": True}):
+        with pytest.raises(openai.BadRequestError) as raised:
+            sdk.responses.create(model=vllm_engine.model, input=too_long, max_output_tokens=16, **extra)
+        assert raised.value.code == "context_length_exceeded" and raised.value.param == "input", raised.value.body
+        assert raised.value.type == "invalid_request_error" and str(context) in raised.value.message

@@ -56,7 +56,7 @@ def anthropic_message(error: GatewayError) -> str:
         found = _VALIDATION_MSG.search(message)
         text = (found.group(1) if found.group(1) is not None else found.group(2)) if found else "invalid value"
         return f"{field}: {text}"
-    if isinstance(error, EngineHTTPError):  # vLLM checks the converted request: its field, Anthropic's name
+    if isinstance(error.__cause__, EngineHTTPError):  # vLLM checks the converted request: its field, Anthropic's name
         return message.replace("max_completion_tokens", "max_tokens")
     return message
 

@@ -57,6 +57,15 @@ def test_vllms_validation_dump_becomes_a_message_naming_the_field():
         "type": "not_found_error", "message": "The model `x` ..."}
 
 
+def test_vllms_max_completion_tokens_is_named_max_tokens_as_the_client_sent_it():
+    engine = orjson.dumps({"type": "error", "error": {"type": "BadRequestError", "message": (
+        "max_completion_tokens=32000 cannot be greater than max_model_len=4096. Please request fewer output tokens. "
+        "(parameter=max_completion_tokens, value=32000)")}})
+    body = orjson.loads(error_body(ANTHROPIC_SHAPE.http(parse_error_body(400, engine))))
+    assert body["error"]["message"] == ("max_tokens=32000 cannot be greater than max_model_len=4096. Please request "
+                                        "fewer output tokens. (parameter=max_tokens, value=32000)")
+
+
 def test_a_cached_prompt_is_counted_whole_with_its_cached_tokens_apart():
     # Anthropic's input_tokens leaves out the tokens read from (or written to) the prompt cache.
     tracker = ANTHROPIC.tracker(relay_usage=False, collect_text=False)

@@ -22,6 +22,7 @@ from gateway.core import Core
 from gateway.engines.routing import RouteHints
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext
+from gateway.http.errors import GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.anthropic.continuation import continuation_for
 from gateway.protocols.anthropic.dialect import ANTHROPIC
@@ -45,7 +46,7 @@ class AnthropicMessages:
     async def _prepare(self, payload: dict, raw: bytes, request: RequestContext, *,
                        count_only: bool) -> tuple[bytes, RouteHints, str | None]:
         model = expect_str(payload, "model", required=True)
-        expect_list(payload, "messages", required=True)
+        messages = expect_list(payload, "messages", required=True)
         session_id = None
         changed = False
         if not count_only:
@@ -54,6 +55,8 @@ class AnthropicMessages:
             if "session_id" in payload:
                 session_id = take_session_id(payload, stream=stream, resumable=self.core.streams.resumable)
                 changed = True
+        if not messages:  # (vLLM's own refusal names no field: "Cannot apply chat template to an empty conversation")
+            raise GatewayError(400, "messages: at least one message is required", param="messages")
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()

@@ -35,8 +35,8 @@ ANTHROPIC_TYPES = {
     503: "overloaded_error",
     529: "overloaded_error",
 }
-# One error of pydantic's dump: 'msg': '...' (or "..." when the text holds a quote).
-_VALIDATION_MSG = re.compile(r"""'msg': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""")
+# One error of pydantic's dump: 'loc': 'body.<field>', 'msg': '...' (or "..." when the text holds a quote).
+_VALIDATION_MSG = re.compile(r"""(?:'loc': '([^']*)', )?'msg': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""")
 _VALIDATION_DUMP = re.compile(r"\d+ validation errors?:")
 
 
@@ -52,10 +52,13 @@ def anthropic_message(error: GatewayError) -> str:
         return _context_message(error)
     message = error.message
     if isinstance(error.__cause__, EngineHTTPError) and error.param and _VALIDATION_DUMP.match(message):
-        field = error.param.removeprefix("body").lstrip(".") or "body"
-        found = _VALIDATION_MSG.search(message)
-        text = (found.group(1) if found.group(1) is not None else found.group(2)) if found else "invalid value"
-        return f"{field}: {text}"
+        # The most specific of its errors: a field that may be a string or a list of blocks (content,
+        # system) fails both ways, and only the deeper error says what is wrong with the list.
+        found = max(_VALIDATION_MSG.finditer(message), key=lambda match: (match.group(1) or "").count("."),
+                    default=None)
+        field = (found.group(1) if found and found.group(1) else error.param).removeprefix("body").lstrip(".")
+        text = (found.group(2) if found.group(2) is not None else found.group(3)) if found else "invalid value"
+        return f"{field or 'body'}: {text}"
     if isinstance(error.__cause__, EngineHTTPError):  # vLLM checks the converted request: its field, Anthropic's name
         return message.replace("max_completion_tokens", "max_tokens")
     return message

@@ -185,6 +185,9 @@ def test_a_client_that_leaves_a_stream_aborts_the_engine(gateway_url, idle_vllm_
     ('{"model": "qwen3-embedded", "max_tokens": 4, "top_k": 100000000000000000000, "messages": []}', "top_k"),
     ('{"model": "qwen3-embedded", "max_tokens": ', "JSON"),
     ('{"model": "qwen3-embedded", "max_tokens": 4, "messages": []}', "messages: at least one message is required"),
+    ('{"model": "qwen3-embedded", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "document", '
+     '"source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]}',
+     "messages.0.content.0.type: Input should be 'text', 'image'"),                       # what it takes, not a string
 ])
 def test_bad_input_is_anthropics_400_naming_the_field(gateway_url, body, says):
     for path in ("/v1/messages", "/v1/messages/count_tokens"):

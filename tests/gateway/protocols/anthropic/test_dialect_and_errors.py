@@ -57,6 +57,20 @@ def test_vllms_validation_dump_becomes_a_message_naming_the_field():
         "type": "not_found_error", "message": "The model `x` ..."}
 
 
+def test_a_block_the_engine_does_not_take_is_named_not_the_string_content_could_have_been():
+    # vLLM 0.32's dump for a 'document' block: content may be a string or a list of blocks, and both fail
+    dump = ("2 validation errors:\n  {'type': 'string_type', 'loc': 'body.messages.0.content', 'msg': 'Input should "
+            "be a valid string', 'input': '<list of 2 items>'}\n  {'type': 'literal_error', 'loc': "
+            "'body.messages.0.content.0.type', 'msg': \"Input should be 'text', 'image', 'tool_use' or "
+            "'tool_result'\", 'input': 'document', 'ctx': {'expected': \"'text', 'image', 'tool_use' or "
+            "'tool_result'\"}}")
+    engine = orjson.dumps({"error": {"message": dump, "type": "Bad Request", "param": "body.messages.0.content",
+                                     "code": 400}})
+    body = orjson.loads(error_body(ANTHROPIC_SHAPE.http(parse_error_body(400, engine))))
+    assert body["error"]["message"] == ("messages.0.content.0.type: Input should be 'text', 'image', 'tool_use' or "
+                                        "'tool_result'")
+
+
 def test_vllms_max_completion_tokens_is_named_max_tokens_as_the_client_sent_it():
     engine = orjson.dumps({"type": "error", "error": {"type": "BadRequestError", "message": (
         "max_completion_tokens=32000 cannot be greater than max_model_len=4096. Please request fewer output tokens. "

@@ -3,7 +3,9 @@
 The database itself (engine, migrations, readiness) is ``gateway.database.GatewayDatabase``,
 started once by the app. Until its migrations are done (a database that is slow or down at
 start), and whenever a query fails, these routes answer 503 ``jobs_store_unavailable`` and
-nothing else is affected. Every call is bounded by the engine's timeouts (connect, pool wait,
+nothing else is affected. A statement that fails on a value the database cannot hold (a data
+error: ``gateway.database.errors``) is the request's fault instead: a 400 ``invalid_value``, since
+retrying it never helps. Every call is bounded by the engine's timeouts (connect, pool wait,
 statement: ``gateway.database.engine``), so a database that stops answering fails a request
 in bounded time instead of hanging it.
 """
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.database.errors import refused_value
 from gateway.database.service import GatewayDatabase
 from gateway.http.errors import GatewayError
 
@@ -26,6 +29,13 @@ log = logging.getLogger("gateway.jobs")
 class StoreUnavailable(GatewayError):
     def __init__(self, message: str = "the batch and file store is unavailable, try again shortly") -> None:
         super().__init__(503, message, code="jobs_store_unavailable")
+
+
+class ValueRefused(GatewayError):
+    """A value of the request that the database cannot hold: the statement fails on every retry."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(400, f"a value in the request cannot be stored: {reason}", code="invalid_value")
 
 
 class JobsDatabase:
@@ -42,14 +52,20 @@ class JobsDatabase:
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction; 503 while the database is not migrated yet or when it fails."""
+        """A transaction; 503 while the database is not migrated yet or when it fails, 400 for a value it
+        cannot hold."""
         if not self.database.ready:
             raise StoreUnavailable()
         try:
             async with self.database.engine.begin() as connection:
                 yield connection
-        except SQLAlchemyError as exc:
-            log.warning("the gateway database failed a files, batches or webhooks call: %s", type(exc).__name__)
-            raise StoreUnavailable() from exc
-        except OSError as exc:  # TimeoutError included: connecting took longer than DATABASE_TIMEOUT_SECONDS
-            raise StoreUnavailable() from exc
+        except Exception as exc:
+            reason = refused_value(exc)
+            if reason is not None:
+                raise ValueRefused(reason) from exc
+            if isinstance(exc, SQLAlchemyError):
+                log.warning("the gateway database failed a files, batches or webhooks call: %s", type(exc).__name__)
+                raise StoreUnavailable() from exc
+            if isinstance(exc, OSError):  # TimeoutError included: connecting took longer than DATABASE_TIMEOUT_SECONDS
+                raise StoreUnavailable() from exc
+            raise

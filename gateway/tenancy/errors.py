@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.database.errors import refused_value
+
 
 class TenancyError(Exception):
     """Base of what this package raises on purpose."""
@@ -22,9 +26,24 @@ class Conflict(TenancyError):
         self.field = field
 
 
+class ValueRefused(TenancyError):
+    """The database cannot hold a value of the request (``gateway.database.errors``): retrying never helps."""
+
+
 class StoreUnavailable(TenancyError):
     """The gateway's database cannot be reached now (or its schema is not ready yet)."""
 
 
 class LimiterUnavailable(TenancyError):
     """Redis is down and the limiter is set to refuse meanwhile (``LIMITS_WHEN_REDIS_DOWN=closed``)."""
+
+
+def from_database(exc: Exception) -> TenancyError | None:
+    """What a failed statement means here: a value the database cannot hold, or the database unavailable;
+    None for anything else (a bug, or one of this package's own exceptions: let it through)."""
+    reason = refused_value(exc)
+    if reason is not None:
+        return ValueRefused(f"a value in the request cannot be stored: {reason}")
+    if isinstance(exc, (SQLAlchemyError, OSError)):
+        return StoreUnavailable(f"the gateway's database is unavailable ({type(exc).__name__})")
+    return None

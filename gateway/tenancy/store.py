@@ -2,8 +2,8 @@
 
 Every change raises ``gateway_state.version`` in its own transaction, so a replica that polls
 the version (``resolver.KeyResolver``) can never see the change without the new version or
-the new version without the change. Database failures leave as ``StoreUnavailable``;
-unknown ids as ``NotFound``.
+the new version without the change. Database failures leave as ``StoreUnavailable`` (a value the
+database cannot hold as ``ValueRefused``: ``errors.from_database``); unknown ids as ``NotFound``.
 
 Rotation: a new secret is issued and the old one gets ``expires_at = now + grace``; both
 resolve to the same key (same id, limits, owner of stored data) until then. Rotating again
@@ -19,12 +19,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.database.tables.tenancy import key_secrets, keys, state, teams
 from gateway.tenancy import ids
-from gateway.tenancy.errors import Conflict, NotFound, StoreUnavailable
+from gateway.tenancy.errors import Conflict, NotFound, from_database
 from gateway.tenancy.model import (
     DEFAULT_PRIORITY,
     DEFAULT_WEIGHT,
@@ -230,8 +229,11 @@ async def _transaction(engine: AsyncEngine, *, bump: bool) -> AsyncIterator[Asyn
             yield db
             if bump:
                 await db.execute(state.update().where(state.c.id == 1).values(version=state.c.version + 1))
-    except (SQLAlchemyError, OSError) as exc:
-        raise StoreUnavailable(f"the gateway's database is unavailable ({type(exc).__name__})") from exc
+    except Exception as exc:
+        failure = from_database(exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 async def _require_team(db: AsyncConnection, team_id: str):

@@ -11,11 +11,10 @@ import datetime as dt
 from typing import Literal
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.database.tables.tenancy import usage
-from gateway.tenancy.errors import StoreUnavailable
+from gateway.tenancy.errors import from_database
 from gateway.tenancy.model import as_utc
 
 GroupBy = Literal["key", "team", "model", "user", "day", "route"]
@@ -47,8 +46,11 @@ async def usage_report(engine: AsyncEngine, *, start: dt.datetime, end: dt.datet
     try:
         async with engine.connect() as db:
             rows = (await db.execute(query)).mappings().all()
-    except (SQLAlchemyError, OSError) as exc:
-        raise StoreUnavailable(f"the gateway's database is unavailable ({type(exc).__name__})") from exc
+    except Exception as exc:
+        failure = from_database(exc)
+        if failure is None:
+            raise
+        raise failure from exc
     groups: dict[object, dict] = {}
     for row in rows:
         group = row["group"]

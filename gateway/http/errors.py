@@ -41,11 +41,14 @@ from gateway.failures import (
 
 log = logging.getLogger("gateway.errors")
 
+# The OpenAI envelope's ``type`` by status (Anthropic's are its protocol's own: ANTHROPIC_TYPES).
+# A 404 is OpenAI's ``invalid_request_error`` ("No such File object: file-abc"); its SDK raises
+# NotFoundError by the status, so the type is only what clients that switch on it see.
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
-    404: "not_found_error",
+    404: "invalid_request_error",
     405: "invalid_request_error",
     409: "conflict_error",
     410: "gone_error",

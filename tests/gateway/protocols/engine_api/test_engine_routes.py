@@ -48,7 +48,7 @@ def test_pooling_routes_relay_the_engines_answer(gateway_url, vllm_engine, path)
     answer = post(gateway_url, path, body)
     direct = engine_post(vllm_engine, path, {**body, "model": vllm_engine.model})
     assert answer.status_code == direct.status_code == 404
-    assert answer.json()["error"]["type"] == "not_found_error"
+    assert answer.json()["error"]["type"] == "invalid_request_error"  # OpenAI's envelope: its type for a 404
 
 
 @pytest.mark.parametrize("path", ["/v1/audio/transcriptions", "/v1/audio/translations"])

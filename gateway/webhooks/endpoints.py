@@ -56,12 +56,17 @@ class Endpoints:
             await connection.execute(sa.insert(webhook_endpoints).values(**row))
         return _shown(_Row(row), secret=secret)
 
-    async def list(self, *, key_id: str | None = None) -> list[dict]:
-        query = sa.select(webhook_endpoints).order_by(webhook_endpoints.c.created_at)
+    async def list(self, *, limit: int, after: str | None = None, key_id: str | None = None) -> tuple[list[dict], bool]:
+        """A page of endpoints by id, as the admin API's lists page (``gateway.http.listing``), and whether
+        more follow."""
+        query = sa.select(webhook_endpoints).order_by(webhook_endpoints.c.id).limit(limit + 1)
+        if after is not None:
+            query = query.where(webhook_endpoints.c.id > after)
         if key_id is not None:
             query = query.where(webhook_endpoints.c.key_id == key_id)
         async with self.db.begin() as connection:
-            return [_shown(row) for row in (await connection.execute(query)).all()]
+            rows = (await connection.execute(query)).all()
+        return [_shown(row) for row in rows[:limit]], len(rows) > limit
 
     async def get(self, endpoint_id: str) -> dict:
         async with self.db.begin() as connection:

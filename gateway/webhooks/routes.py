@@ -7,10 +7,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.http.auth import WriterDep
 from gateway.http.inputs import no_nul, refuse_nul
+from gateway.http.listing import DEFAULT_LIMIT, limit_param, list_json
 from gateway.webhooks.endpoints import Endpoints
 
 PREFIX = "/admin/webhooks"
 TAGS = ["Webhooks (admin)"]
+Limit = limit_param("webhook endpoints")
 
 
 class EndpointIn(BaseModel):
@@ -33,9 +35,11 @@ def webhooks_router(endpoints: Endpoints) -> APIRouter:
         return await endpoints.create(url=body.url, events=body.events, key_id=body.key_id, team_id=body.team_id,
                                       description=body.description)
 
-    @router.get("", summary="List webhook endpoints")
-    async def list_endpoints(_: WriterDep, key_id: str | None = None) -> dict:
-        return {"object": "list", "data": await endpoints.list(key_id=key_id)}
+    @router.get("", summary="List webhook endpoints, oldest id first")
+    async def list_endpoints(_: WriterDep, limit: Limit = DEFAULT_LIMIT, after: str | None = None,
+                             key_id: str | None = None) -> dict:
+        shown, has_more = await endpoints.list(limit=limit, after=after, key_id=key_id)
+        return list_json(shown, has_more=has_more)
 
     @router.get("/{webhook_id}", summary="Retrieve a webhook endpoint")
     async def retrieve(webhook_id: str, _: WriterDep) -> dict:

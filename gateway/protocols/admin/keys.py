@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from gateway.http.auth import WriterDep
+from gateway.http.listing import DEFAULT_LIMIT, limit_param, list_json
 from gateway.protocols.admin.errors import invalid, mapped
-from gateway.protocols.admin.schemas import KeyCreate, KeyUpdate, Rotation, changes, key_json, page_json
+from gateway.protocols.admin.schemas import KeyCreate, KeyUpdate, Rotation, changes, key_json
 from gateway.tenancy.service import Tenancy
 
-Limit = Annotated[int, Query(ge=1, le=1000, description="keys per page")]
+Limit = limit_param("keys")
 
 
 def keys_router(tenancy: Tenancy, *, default_grace_seconds: float) -> APIRouter:
@@ -28,12 +28,12 @@ def keys_router(tenancy: Tenancy, *, default_grace_seconds: float) -> APIRouter:
         return key_json(record, secret=secret)
 
     @router.get("", summary="List keys (never their secrets), oldest id first")
-    async def list_keys(_: WriterDep, limit: Limit = 100, after: str | None = None, team_id: str | None = None,
-                        include_revoked: bool = False) -> dict:
+    async def list_keys(_: WriterDep, limit: Limit = DEFAULT_LIMIT, after: str | None = None,
+                        team_id: str | None = None, include_revoked: bool = False) -> dict:
         with mapped():
             tenancy.require_ready()
             page = await store.list_keys(limit=limit, after=after, team_id=team_id, include_revoked=include_revoked)
-        return page_json([key_json(record) for record in page.items], page.next_after)
+        return list_json([key_json(record) for record in page.items], has_more=page.next_after is not None)
 
     @router.get("/{key_id}", summary="One key")
     async def get(key_id: str, _: WriterDep) -> dict:

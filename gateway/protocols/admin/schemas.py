@@ -124,8 +124,3 @@ def team_json(record: TeamRecord) -> dict:
     return {"object": "team", "id": record.id, "name": record.name, "limits": record.limits.model_dump(),
             "priority": record.priority, "weight": record.weight, "created_at": _when(record.created_at),
             "updated_at": _when(record.updated_at)}
-
-
-def page_json(items: list[dict], next_after: str | None) -> dict:
-    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
-            "last_id": items[-1]["id"] if items else None, "has_more": next_after is not None}

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from gateway.http.auth import WriterDep
+from gateway.http.listing import DEFAULT_LIMIT, limit_param, list_json
 from gateway.protocols.admin.errors import invalid, mapped
-from gateway.protocols.admin.schemas import TeamCreate, TeamUpdate, changes, page_json, team_json
+from gateway.protocols.admin.schemas import TeamCreate, TeamUpdate, changes, team_json
 from gateway.tenancy.service import Tenancy
 
-Limit = Annotated[int, Query(ge=1, le=1000, description="teams per page")]
+Limit = limit_param("teams")
 
 
 def teams_router(tenancy: Tenancy) -> APIRouter:
@@ -26,11 +25,11 @@ def teams_router(tenancy: Tenancy) -> APIRouter:
                                                      weight=body.weight))
 
     @router.get("", summary="List teams, oldest id first")
-    async def list_teams(_: WriterDep, limit: Limit = 100, after: str | None = None) -> dict:
+    async def list_teams(_: WriterDep, limit: Limit = DEFAULT_LIMIT, after: str | None = None) -> dict:
         with mapped():
             tenancy.require_ready()
             page = await store.list_teams(limit=limit, after=after)
-        return page_json([team_json(record) for record in page.items], page.next_after)
+        return list_json([team_json(record) for record in page.items], has_more=page.next_after is not None)
 
     @router.get("/{team_id}", summary="One team")
     async def get(team_id: str, _: WriterDep) -> dict:

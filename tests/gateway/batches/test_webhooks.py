@@ -84,6 +84,34 @@ async def test_registration_refuses_private_and_loopback_destinations(jobs_setti
         assert refused.status_code == 403
 
 
+async def test_endpoints_are_listed_in_pages_as_the_admin_keys_are(jobs_gateway, jobs_settings):
+    base_url, _ = jobs_gateway
+    made = []
+    for n in range(5):
+        created = await admin(base_url, "POST", "/admin/webhooks",
+                              json={"url": f"http://127.0.0.1:9/hook{n}", "key_id": key_id_of(jobs_settings())})
+        assert created.status_code == 200, created.text
+        made.append(created.json()["id"])
+    everything = (await admin(base_url, "GET", "/admin/webhooks")).json()
+    keys = (await admin(base_url, "GET", "/admin/keys")).json()
+    assert everything.keys() == keys.keys() == {"object", "data", "first_id", "last_id", "has_more"}
+    assert [endpoint["id"] for endpoint in everything["data"]] == sorted(made) and not everything["has_more"]
+    seen, after = [], None
+    for _ in range(5):  # 5 endpoints, 2 a page: 3 pages (a bound, should paging never end)
+        page = (await admin(base_url, "GET", "/admin/webhooks", params={"limit": 2, **({"after": after} if after
+                                                                                        else {})})).json()
+        ids = [endpoint["id"] for endpoint in page["data"]]
+        assert (page["first_id"], page["last_id"]) == (ids[0], ids[-1]) and len(ids) <= 2, page
+        seen += ids
+        after = page["last_id"]
+        if not page["has_more"]:
+            break
+    assert seen == sorted(made)
+    for limit in (0, 1001):  # the keys' bounds: 1 to 1000
+        answer = await admin(base_url, "GET", "/admin/webhooks", params={"limit": limit})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "limit", answer.text
+
+
 async def test_delivery_checks_the_address_it_connects_to():
     """A name that resolves to loopback at delivery (DNS rebinding) is refused by the connection's resolver."""
     resolver = CheckingResolver(parse_networks([]))

@@ -25,6 +25,7 @@ from gateway.files.blobs import DatabaseBlobs, DirectoryBlobs
 from gateway.files.routes import FILES_PATH, files_router
 from gateway.files.service import Files
 from gateway.files.upload import MULTIPART_FRAMING_BYTES
+from gateway.http.auth import KeyRing
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes
 from gateway.jobs.store import JobsDatabase
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
@@ -53,7 +54,8 @@ class OfflineJobs:
         self.worker = BatchWorker(self.store, self.files, executor, core.engine_state,
                                   settings, replica=replica)
         allowed = parse_networks(settings.webhook_allowed_networks)
-        self.endpoints = Endpoints(self.db, allowed=allowed)
+        self.endpoints = Endpoints(self.db, allowed=allowed, configured_keys=KeyRing.from_settings(settings).owner_ids,
+                                   key_store=key_store)
         self.deliverer = Deliverer(self.db, allowed=allowed, timeout=settings.webhook_timeout_seconds,
                                    max_attempts=settings.webhook_max_attempts,
                                    backoff=settings.webhook_backoff_seconds, concurrency=settings.webhook_concurrency,

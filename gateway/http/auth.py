@@ -132,6 +132,11 @@ class KeyRing:
     def key_ids(self) -> frozenset[str]:
         return frozenset(principal.key_id for _, principal in self._entries)
 
+    @property
+    def owner_ids(self) -> frozenset[str]:
+        """The key ids the requests these keys let in carry: the local principal's when there are none."""
+        return self.key_ids if self.enabled else frozenset({LOCAL_PRINCIPAL.key_id})
+
     def authenticate(self, token: str) -> Principal | None:
         """The principal for ``token``, or None. Checks every key (constant time per key)."""
         digest = hash_key(token)

@@ -11,6 +11,8 @@ from gateway.database.tables.jobs import webhook_endpoints, webhook_outbox
 from gateway.http.errors import GatewayError
 from gateway.jobs import ids
 from gateway.jobs.store import JobsDatabase
+from gateway.tenancy.errors import NotFound, StoreUnavailable, ValueRefused
+from gateway.tenancy.store import KeyStore
 from gateway.webhooks import signing
 from gateway.webhooks.destinations import DestinationRefused, Network, check_destination
 from gateway.webhooks.events import EVENT_TYPES
@@ -28,9 +30,31 @@ def _shown(row, *, secret: str | None = None) -> dict:
 
 
 class Endpoints:
-    def __init__(self, db: JobsDatabase, *, allowed: list[Network]) -> None:
+    def __init__(self, db: JobsDatabase, *, allowed: list[Network], configured_keys: frozenset[str] = frozenset(),
+                 key_store: KeyStore | None = None) -> None:
         self.db = db
         self.allowed = allowed
+        self.configured_keys = configured_keys  # API_KEYS', ADMIN_API_KEYS', APP_API_KEYS' ids (KeyRing.owner_ids)
+        self.key_store = key_store  # the database keys (None: there are none)
+
+    async def _check_key(self, key_id: str) -> None:
+        """A 400 naming ``key_id`` unless it is a configured key or a database key not revoked: an endpoint
+        for any other id would never get an event (an id mistyped, or of another gateway)."""
+        if key_id in self.configured_keys:
+            return
+        record = None
+        if self.key_store is not None:
+            try:
+                record = await self.key_store.get_key(key_id)
+            except (NotFound, ValueRefused):
+                record = None
+            except StoreUnavailable:
+                raise GatewayError(503, "the key store is unavailable: key_id cannot be checked now, retry shortly",
+                                   code="key_store_unavailable", headers={"retry-after": "1"})
+        if record is None:
+            raise GatewayError(400, f"key_id: no key with id {key_id!r}", param="key_id", code="key_not_found")
+        if record.revoked_at is not None:
+            raise GatewayError(400, f"key_id: the key {key_id!r} is revoked", param="key_id", code="key_revoked")
 
     async def create(self, *, url: str, events: list[str] | None, key_id: str | None, team_id: str | None,
                      description: str | None) -> dict:
@@ -48,6 +72,7 @@ class Endpoints:
             await check_destination(url, self.allowed)
         except DestinationRefused as refused:
             raise GatewayError(400, f"url: {refused}", param="url", code="webhook_destination_refused")
+        await self._check_key(key_id)
         secret = signing.new_secret()
         row = {"id": ids.endpoint_id(), "key_id": key_id, "team_id": None, "url": url, "secret": secret,
                "events": orjson.dumps(sorted(set(events))).decode(), "description": description,

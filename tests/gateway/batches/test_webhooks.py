@@ -84,6 +84,25 @@ async def test_registration_refuses_private_and_loopback_destinations(jobs_setti
         assert refused.status_code == 403
 
 
+async def test_registration_refuses_a_key_id_no_key_has(jobs_gateway, jobs_settings):
+    base_url, _ = jobs_gateway
+    url = "http://127.0.0.1:9/hook"
+    unknown = await admin(base_url, "POST", "/admin/webhooks", json={"url": url, "key_id": "key_0000000000000000"})
+    assert unknown.status_code == 400, unknown.text
+    assert unknown.json()["error"] | {"message": None} == {
+        "message": None, "type": "invalid_request_error", "param": "key_id", "code": "key_not_found"}
+    database_key = (await admin(base_url, "POST", "/admin/keys", json={"name": "hooked"})).json()["id"]
+    for key_id in (database_key, key_id_of(jobs_settings())):  # a database key, a configured key
+        created = await admin(base_url, "POST", "/admin/webhooks", json={"url": url, "key_id": key_id})
+        assert created.status_code == 200 and created.json()["key_id"] == key_id, created.text
+    assert (await admin(base_url, "DELETE", f"/admin/keys/{database_key}")).status_code == 200
+    revoked = await admin(base_url, "POST", "/admin/webhooks", json={"url": url, "key_id": database_key})
+    assert revoked.status_code == 400, revoked.text
+    assert (revoked.json()["error"]["param"], revoked.json()["error"]["code"]) == ("key_id", "key_revoked")
+    listed = (await admin(base_url, "GET", "/admin/webhooks")).json()["data"]
+    assert sorted(endpoint["key_id"] for endpoint in listed) == sorted([database_key, key_id_of(jobs_settings())])
+
+
 async def test_endpoints_are_listed_in_pages_as_the_admin_keys_are(jobs_gateway, jobs_settings):
     base_url, _ = jobs_gateway
     made = []

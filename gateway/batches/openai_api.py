@@ -15,6 +15,8 @@ from gateway.batches.model import (
     COMPLETION_WINDOWS,
     ENDED,
     ENDPOINTS,
+    EXPIRED,
+    FAILED,
     FINALIZING,
     IN_PROGRESS,
     OPENAI,
@@ -163,6 +165,9 @@ def openai_batches_router(store: BatchStore, files: Files, worker: BatchWorker) 
         if record.status not in (CANCELLING, CANCELLED):
             record = await store.cancel(owner, OPENAI, batch_id)
             worker.wake.set()
+        if record.status in (IN_PROGRESS, FINALIZING) and record.ended_as in (EXPIRED, FAILED):
+            # (its window ran out or its key was refused before this cancel: it ends as that, store.cancel)
+            raise GatewayError(409, f"Cannot cancel a batch that is ending as '{record.ended_as}'", param="batch_id")
         return batch_object(record)
 
     return router

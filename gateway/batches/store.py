@@ -114,12 +114,14 @@ class BatchStore:
         return records, len(rows) > page.limit
 
     async def cancel(self, owner: str, api: str, batch_id: str) -> BatchRecord:
+        """``cancelling`` now, if the batch is still running and on its way to no other end: one whose
+        window ran out or whose key was refused (``ended_as`` set) ends as that, whatever comes after."""
         record = await self.get(owner, api, batch_id)
         now = time.time()
         async with self.db.begin() as connection:
             await connection.execute(sa.update(batches).where(
-                batches.c.id == record.id, batches.c.status.in_(("validating", "in_progress"))).values(
-                status="cancelling", cancelling_at=now))
+                batches.c.id == record.id, batches.c.status.in_(("validating", "in_progress")),
+                batches.c.ended_as.is_(None)).values(status="cancelling", cancelling_at=now))
         return await self.load(record.id)
 
     async def delete(self, owner: str, api: str, batch_id: str) -> None:

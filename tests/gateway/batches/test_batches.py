@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from gateway.batches import results
-from tests.gateway.batches.conftest import chat_line, jobs_ready, wait_status
+from tests.gateway.batches.conftest import chat_line, database, jobs_ready, wait_status
 from tests.support.gateway import OTHER_KEY, READ_KEY, running_gateway
 
 _clients: list = []
@@ -292,6 +292,41 @@ async def test_a_batch_expires_at_its_window(jobs_settings, fake_engine):
         assert 0 < ran < 30 and batch.expired_at
         errors = await read_jsonl(client, batch.error_file_id)
         assert {line["error"]["code"] for line in errors} == {"batch_expired"} and len(errors) == 30 - ran
+
+
+def ending_as(settings, batch_id: str) -> str | None:
+    """The end a running batch is on its way to (the store's ``ended_as``; no API shows it)."""
+    connection = database(settings)
+    try:
+        return connection.execute("select ended_as from gateway_batches where id = ?", (batch_id,)).fetchone()[0]
+    finally:
+        connection.close()
+
+
+async def test_a_cancel_after_the_window_ran_out_is_refused_and_the_batch_ends_expired(jobs_settings, fake_engine):
+    """Past its window a batch waits for its running lines, still ``in_progress``, then ends ``expired``.
+    A cancel in that time made it ``cancelling`` and then ``cancelled`` (its lines not started already
+    ``batch_expired``, the webhook ``batch.cancelled``): an expiry overridden. It is a 409 now, as a
+    cancel of an ended batch is, and the batch ends as it was ending."""
+    fake_engine.answer_hold = asyncio.Event()  # the first line stays at the engine past the window
+    settings = jobs_settings(batch_concurrency=1, batch_window_seconds=1.0)
+    async with running_gateway(settings) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        batch = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(3)])
+        await until_true(lambda: fake_engine.received, "the first line at the engine")
+        await until_true(lambda: ending_as(settings, batch.id) == "expired", "the batch ending as expired")
+        try:
+            with pytest.raises(openai.ConflictError) as refused:
+                await client.batches.cancel(batch.id)
+        finally:
+            fake_engine.answer_hold.set()
+        assert "expired" in refused.value.message, refused.value.message
+        batch = await wait_status(lambda: client.batches.retrieve(batch.id), ("expired", "cancelled"))
+        assert batch.status == "expired" and batch.cancelling_at is None and batch.cancelled_at is None, batch
+        assert batch.request_counts.completed == 1 and batch.request_counts.failed == 2
+        errors = await read_jsonl(client, batch.error_file_id)
+        assert {line["error"]["code"] for line in errors} == {"batch_expired"}
 
 
 async def test_engine_errors_are_the_lines_results(jobs_gateway, fake_engine):

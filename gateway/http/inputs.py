@@ -1,14 +1,19 @@
-"""Request values the gateway's own tables cannot hold: NUL characters, refused before any query.
+"""Request values the gateway's own tables cannot hold: NUL characters and lone surrogates, refused before any query.
 
 PostgreSQL text refuses a NUL character, whether stored or only compared, and the stores report
 the failed statement as the database being unavailable: a 503 with ``Retry-After`` for a request
-that can never succeed (SQLite takes it, so only PostgreSQL deployments saw it). The routes of the
-admin API, files, batches and webhooks refuse it first with a 400 naming the value: their
-routers' ``refuse_nul`` for the path and query, ``no_nul`` for a body's fields.
+that can never succeed (SQLite takes it, so only PostgreSQL deployments saw it). A lone surrogate
+(JSON's ``"\\ud800"``, which Python's JSON parser lets through) is no text UTF-8 can hold: the
+drivers refuse it (a 400 since ``gateway.database.errors``, without the field's name), and one
+stored inside JSON (a key's ``models``) made the answer itself fail (a 500, the key created).
+The routes of the admin API, files, batches and webhooks refuse both first with a 400 naming the
+value: their routers' ``refuse_nul`` for the path and query (Starlette decodes those with
+U+FFFD for what is not UTF-8: no surrogate gets through), ``storable_text`` for a body's fields.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import Request
@@ -16,6 +21,7 @@ from fastapi import Request
 from gateway.http.errors import GatewayError
 
 NUL = "\x00"  # what PostgreSQL text cannot hold, stored or compared
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # what no UTF-8 text can hold
 
 
 def has_nul(value: Any) -> bool:
@@ -29,10 +35,23 @@ def has_nul(value: Any) -> bool:
     return False
 
 
-def no_nul(value: Any) -> Any:
-    """A pydantic field validator: ``field_validator("*")(no_nul)``."""
+def has_lone_surrogate(value: Any) -> bool:
+    """True if a string in ``value`` (or inside its lists and dicts) holds a UTF-16 half on its own."""
+    if isinstance(value, str):
+        return LONE_SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(key) or has_lone_surrogate(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_lone_surrogate(item) for item in value)
+    return False
+
+
+def storable_text(value: Any) -> Any:
+    """A pydantic field validator: ``field_validator("*")(storable_text)``."""
     if has_nul(value):
         raise ValueError("must not contain NUL characters")
+    if has_lone_surrogate(value):
+        raise ValueError("must not contain lone surrogates (\\ud800 to \\udfff): they are no text")
     return value
 
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.http.auth import WriterDep
-from gateway.http.inputs import no_nul, refuse_nul
+from gateway.http.inputs import refuse_nul, storable_text
 from gateway.http.listing import DEFAULT_LIMIT, limit_param, list_json
 from gateway.webhooks.endpoints import Endpoints
 
@@ -24,7 +24,7 @@ class EndpointIn(BaseModel):
     team_id: str | None = Field(None, max_length=64)  # reserved for teams
     description: str | None = Field(None, max_length=255)
 
-    _no_nul = field_validator("*")(no_nul)
+    _storable = field_validator("*")(storable_text)
 
 
 def webhooks_router(endpoints: Endpoints) -> APIRouter:

@@ -6,7 +6,7 @@ import datetime as dt
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.http.inputs import no_nul
+from gateway.http.inputs import storable_text
 from gateway.tenancy.model import KeyRole, Limits, Priority, as_utc
 from gateway.tenancy.records import KeyRecord, TeamRecord
 
@@ -18,7 +18,7 @@ MAX_GRACE_SECONDS = 30 * 86400
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    _no_nul = field_validator("*")(no_nul)
+    _storable = field_validator("*")(storable_text)
 
 
 def _future(value: dt.datetime | None) -> dt.datetime | None:

@@ -8,6 +8,7 @@ and PostgreSQL alike; a database that refuses connections stays a 503.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -17,23 +18,32 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from gateway.config import Settings
 from gateway.database.service import GatewayDatabase
 from gateway.database.tables.jobs import files
+from gateway.http.errors import GatewayError
 from gateway.jobs.store import JobsDatabase
+from gateway.protocols.admin.errors import mapped
+from gateway.tenancy.store import KeyStore
+from gateway.tenancy.usage.report import usage_report
 from tests.support.gateway import READ_KEY, WRITE_KEY, bearer, serving
 from tests.support.servers import free_port
 
 LONE_SURROGATE = '"\\ud800"'  # JSON's escape: Python's json gives a str no UTF-8 encoder takes
 
 
-async def test_a_key_naming_a_team_id_the_database_cannot_hold_is_a_400(make_settings, migrated):
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/admin/keys", f'{{"name": "x", "models": [{LONE_SURROGATE}]}}', "models"),  # (it was a 500, the key created)
+    ("/admin/keys", f'{{"name": "x", "team_id": {LONE_SURROGATE}}}', "team_id"),
+    ("/admin/teams", f'{{"name": "x", "limits": {{"end_user": {{"rpm": 1}}}}, "priority": {LONE_SURROGATE}}}',
+     "priority"),
+    ("/admin/webhooks", f'{{"url": "https://example.com/", "key_id": "k", "events": [{LONE_SURROGATE}]}}', "events"),
+])
+async def test_a_lone_surrogate_in_an_admin_body_is_a_400_naming_its_field(make_settings, migrated, path, body,
+                                                                           param):
     settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], database_url=migrated)
     async with serving(settings, features={}) as gateway:
-        answer = await gateway.post("/admin/keys", content=f'{{"name": "x", "team_id": {LONE_SURROGATE}}}',
-                                    headers={**bearer(WRITE_KEY), "content-type": "application/json"})
+        answer = await gateway.post(path, content=body, headers={**bearer(WRITE_KEY), "content-type": "application/json"})
         assert answer.status_code == 400, answer.text
-        error = answer.json()["error"]
-        assert error["type"] == "invalid_request_error" and error["code"] == "invalid_value", error
-        assert "cannot be stored" in error["message"] and "surrogates not allowed" in error["message"], error
-        listed = await gateway.get("/admin/keys", headers=bearer(WRITE_KEY))
+        assert answer.json()["error"]["param"].split(".")[0] == param, answer.text
+        listed = await gateway.get(path, headers=bearer(WRITE_KEY))
         assert listed.status_code == 200 and listed.json()["data"] == [], listed.text  # nothing was stored
 
 
@@ -67,6 +77,23 @@ async def test_a_value_the_jobs_database_cannot_hold_is_a_400(jobs, statement):
     error = await refusal(jobs, statement)
     assert (error.status, error.type, error.code) == (400, "invalid_request_error", "invalid_value"), repr(error)
     assert error.message.startswith("a value in the request cannot be stored: "), error.message
+
+
+async def test_a_value_the_key_store_cannot_hold_is_a_400_in_the_admin_api(jobs):
+    """Through the admin API's one mapping (``mapped``): POST /admin/keys with ``"team_id": "\\ud800"``
+    reached the store this way (a 503 on PostgreSQL, a 500 on SQLite) until the route refused it first."""
+    store = KeyStore(jobs.database.engine)
+    for attempt in (lambda: store.create_key(name="x", role="read", team_id="\ud800"),
+                    lambda: usage_report(jobs.database.engine, start=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                                         end=dt.datetime(2026, 1, 2, tzinfo=dt.UTC), group_by="key",
+                                         key_id="\ud800")):
+        with pytest.raises(GatewayError) as raised, mapped():
+            await attempt()
+        error = raised.value
+        assert (error.status, error.type, error.code) == (400, "invalid_request_error", "invalid_value"), repr(error)
+        assert "cannot be stored" in error.message and "surrogates not allowed" in error.message, error.message
+    with mapped():
+        assert (await store.list_keys()).items == []  # nothing was stored
 
 
 async def test_a_string_longer_than_its_postgresql_column_is_a_400(jobs, database_url):

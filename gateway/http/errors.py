@@ -42,16 +42,17 @@ from gateway.failures import (
 log = logging.getLogger("gateway.errors")
 
 # The OpenAI envelope's ``type`` by status (Anthropic's are its protocol's own: ANTHROPIC_TYPES).
-# A 404 is OpenAI's ``invalid_request_error`` ("No such File object: file-abc"); its SDK raises
-# NotFoundError by the status, so the type is only what clients that switch on it see.
+# OpenAI words every client error but 401, 403 and 429 as ``invalid_request_error`` (a 404: "No such
+# File object: file-abc"; a 409: a batch that cannot be cancelled); its SDK raises by the status
+# (NotFoundError, ConflictError, ...), so the type is only what clients that switch on it see.
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
-    409: "conflict_error",
-    410: "gone_error",
+    409: "invalid_request_error",
+    410: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     421: "permission_error",

@@ -158,4 +158,5 @@ async def test_a_busy_named_session_refuses_a_second_generation(gateway, fake_en
         second = await client.post("/v1/chat/completions", json=stream_body(2, session_id="busy-1"))
         done = await first
     assert second.status_code == 409 and second.json()["error"]["code"] == "session_busy"
+    assert second.json()["error"]["type"] == "invalid_request_error"  # (OpenAI's word for a 409, as for every 4xx)
     assert done.dones == 1

@@ -30,6 +30,7 @@ async def test_memory_store_answers_410_for_events_that_left_the_ring(gateway):
                                  headers={"Last-Event-ID": f"ring-1:{len(full.events) - 10}"})
     assert gone.status_code == 410
     assert gone.json()["error"]["code"] == "events_evicted"
+    assert gone.json()["error"]["type"] == "invalid_request_error"  # (OpenAI's word for every 4xx but 401/403/429)
     assert [e.data for e in kept.events] == [e.data for e in full.events[-9:]]
 
 

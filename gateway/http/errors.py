@@ -188,7 +188,7 @@ def describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     first_param = None
     for err in exc.errors():
         loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
-        field = ".".join(loc) or "body"
+        field = utf8_text(".".join(loc)) or "body"  # (a body's own key may be no text: "\ud800")
         first_param = first_param or field
         parts.append(f"{field}: {err.get('msg', 'invalid value')}")
     return "; ".join(parts) or "invalid request", first_param
@@ -197,18 +197,31 @@ def describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def json_safe(value: object) -> object:
-    """``value`` with integers beyond 64 bits as strings: orjson (and JSON parsers) stop at 64 bits.
+def utf8_text(text: str) -> str:
+    """``text``, with any lone surrogate (JSON's ``"\\ud800"``, which Python's parser lets through, but
+    no UTF-8 can hold) written as its escape: what a client sent, echoed in an answer that can be encoded."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
-    A client that sends ``"limit": 10**20`` must get its 422 naming the field, not a 500
-    from the error renderer choking on its own echo of the input.
+
+def json_safe(value: object) -> object:
+    """``value`` with integers beyond 64 bits as strings (orjson and JSON parsers stop at 64 bits) and
+    lone surrogates escaped (:func:`utf8_text`).
+
+    A client that sends ``"limit": 10**20`` or ``"name": "\\ud800"`` must get its 422 naming the
+    field, not a 500 from the error renderer choking on its own echo of the input.
     """
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
         return value if INT64_MIN <= value <= INT64_MAX else str(value)
+    if isinstance(value, str):
+        return utf8_text(value)
     if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
+        return {json_safe(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
     return value

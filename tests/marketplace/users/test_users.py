@@ -121,3 +121,14 @@ async def test_a_user_changes_only_the_fields_sent(client):
     assert cleared.json()["location"] is None and cleared.json()["preferences"] == {"bahasa": "id"}
     refused = await client.patch(f"/api/users/{created['id']}", json={"email": "x@example.com"}, headers=APP)
     assert refused.status_code == 422 and "email" in field_of(refused)
+
+
+@pytest.mark.parametrize(("text", "field"), [('"name": "U\\ud800"', "name"),
+                                             ('"name": "U", "preferences": {"k": "\\udfff"}', "preferences")])
+async def test_a_lone_surrogate_is_refused_naming_the_field(client, text, field):
+    # (JSON's "\ud800" escape, which Python's JSON parser lets through: no UTF-8 text can hold it)
+    body = '{"email": "u@example.com", ' + text + "}"
+    response = await client.post("/api/users", content=body.encode(), headers={**APP, "content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert field in field_of(response)
+    assert await count_rows(client, "users") == 0

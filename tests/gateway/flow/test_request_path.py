@@ -5,6 +5,10 @@ tokens) and one short request waiting inside it, waits until the gateway's scrap
 it waiting (so the gateway knows the engine's concurrency and holds what comes next), then
 queues requests and frees a slot by disconnecting one long generation's client (vLLM aborts
 it). Order is read from the first tokens' arrival, never from timing; every wait has a deadline.
+
+The batch band may use only one of the two slots (``FLOW_HEADROOM_SLOTS``, gateway/flow/capacity.py),
+and the other long generation holds it: a test waits for queued batch work only after disconnecting
+that one too (else the batch work went only when it ended by itself, ``LONG`` tokens later: ~100 s).
 """
 
 from __future__ import annotations
@@ -147,8 +151,8 @@ async def test_an_interactive_request_goes_before_batch_requests_queued_earlier(
         await queued(client, base_url, 1, "interactive")
         await streams.stop("running-0")  # a slot frees: the gateway dispatches the highest band first
         waited_ms = await quick
+        await streams.stop("running-1")  # the batch band's one slot (the headroom keeps the other)
         assert [await streams.tasks[f"batch-{i}"] for i in range(3)] == [200] * 3
-        await streams.stop("running-1")
         await streams.tasks["inside"]
         assert int(waited_ms) > 0
         assert int(streams.headers["batch-0"]["x-queue-wait-ms"]) > 0
@@ -248,11 +252,11 @@ async def test_a_background_response_waits_in_the_gateway_queue_behind_an_intera
         started = asyncio.create_task(background())
         await queued(client, base_url, 1, "batch")  # in the gateway's queue, in the band it asked for
         await streams.stop("running-0")  # slots free one by one: the interactive request goes first
+        assert await streams.tasks["interactive"] == 200
+        await streams.stop("running-1")  # the batch band's one slot (the headroom keeps the other)
         answer = await started
         assert answer.status_code == 200, answer.text
         assert answer.json()["status"] in ("queued", "in_progress") and int(answer.headers["x-queue-wait-ms"]) > 0
-        assert await streams.tasks["interactive"] == 200
-        await streams.stop("running-1")
         await streams.tasks["inside"]
         response_id = answer.json()["id"]
 

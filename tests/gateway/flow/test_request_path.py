@@ -6,9 +6,10 @@ it waiting (so the gateway knows the engine's concurrency and holds what comes n
 queues requests and frees a slot by disconnecting one long generation's client (vLLM aborts
 it). Order is read from the first tokens' arrival, never from timing; every wait has a deadline.
 
-The batch band may use only one of the two slots (``FLOW_HEADROOM_SLOTS``, gateway/flow/capacity.py),
-and the other long generation holds it: a test waits for queued batch work only after disconnecting
-that one too (else the batch work went only when it ended by itself, ``LONG`` tokens later: ~100 s).
+A test waits for queued batch work only after disconnecting the other long generation too (with the
+default headroom, ``FLOW_HEADROOM_SLOTS``, the batch band may use only one of the two slots, and that
+generation holds it: the batch work went only when it ended by itself, ``LONG`` tokens later: ~100 s).
+The tests of the bands' order run without headroom, so that only the order can put a band first.
 """
 
 from __future__ import annotations
@@ -124,8 +125,12 @@ async def saturate(streams: Streams, app, key: str, headers: dict | None = None)
 
 
 async def test_an_interactive_request_goes_before_batch_requests_queued_earlier(priority_engine, tmp_path):
-    """The gateway's own ordering: the engines run fcfs here as far as the gateway knows (no priority sent)."""
-    settings = flow_settings(priority_engine, tmp_path)
+    """The gateway's own ordering: the engines run fcfs here as far as the gateway knows (no priority sent).
+
+    No headroom: with it, the batch band may not take a slot of an engine seen saturated, so the
+    interactive request would go first whatever the bands' order; without it, the freed slot goes to
+    whichever the gateway picks, and only the bands' order picks the interactive request."""
+    settings = flow_settings(priority_engine, tmp_path, flow_headroom_slots=0)
     async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
             asyncio.timeout(DEADLINE):
         interactive_key = await new_key(client, base_url, "chat app", priority="interactive")
@@ -151,7 +156,7 @@ async def test_an_interactive_request_goes_before_batch_requests_queued_earlier(
         await queued(client, base_url, 1, "interactive")
         await streams.stop("running-0")  # a slot frees: the gateway dispatches the highest band first
         waited_ms = await quick
-        await streams.stop("running-1")  # the batch band's one slot (the headroom keeps the other)
+        await streams.stop("running-1")  # (the batch work need not wait for the long generation to end)
         assert [await streams.tasks[f"batch-{i}"] for i in range(3)] == [200] * 3
         await streams.tasks["inside"]
         assert int(waited_ms) > 0
@@ -230,8 +235,11 @@ async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(priori
 
 async def test_a_background_response_waits_in_the_gateway_queue_behind_an_interactive_request(priority_engine,
                                                                                               tmp_path):
-    """A background run (``background: true``) used to open its engine request at once, whatever waited."""
-    settings = flow_settings(priority_engine, tmp_path, session_store="memory")
+    """A background run (``background: true``) used to open its engine request at once, whatever waited.
+
+    No headroom (as above): the bands' order, not the batch band's smaller room, puts the interactive
+    request first."""
+    settings = flow_settings(priority_engine, tmp_path, session_store="memory", flow_headroom_slots=0)
     async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
             asyncio.timeout(DEADLINE):
         interactive_key = await new_key(client, base_url, "chat app", priority="interactive")
@@ -253,7 +261,7 @@ async def test_a_background_response_waits_in_the_gateway_queue_behind_an_intera
         await queued(client, base_url, 1, "batch")  # in the gateway's queue, in the band it asked for
         await streams.stop("running-0")  # slots free one by one: the interactive request goes first
         assert await streams.tasks["interactive"] == 200
-        await streams.stop("running-1")  # the batch band's one slot (the headroom keeps the other)
+        await streams.stop("running-1")  # (the background run need not wait for the long generation to end)
         answer = await started
         assert answer.status_code == 200, answer.text
         assert answer.json()["status"] in ("queued", "in_progress") and int(answer.headers["x-queue-wait-ms"]) > 0

@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from gateway.config import Settings, is_loopback, sqlite_database
 from gateway.core import Core
+from gateway.database.migrations.runner import ALEMBIC_LOCK
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
 from gateway.failures import Failure
 from gateway.http.auth import (
@@ -57,7 +58,7 @@ from gateway.tenancy.ids import KEY_ID
 from gateway.tenancy.store import KeyStore
 
 __all__ = [
-    "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
+    "ALEMBIC_LOCK", "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
     "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
     "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX",
     "SESSION_ID_PATTERN", "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback",

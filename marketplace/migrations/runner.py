@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
+from gateway.api import ALEMBIC_LOCK
 from marketplace.database.engines import ensure_database_directory, normalize_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
@@ -17,8 +17,6 @@ ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
 # Its own version table, so the marketplace schema can share a database with
 # other parts of the gateway that keep their own history.
 VERSION_TABLE = "marketplace_alembic_version"
-# Alembic keeps its running migration context in module globals: one at a time per process.
-_ALEMBIC_LOCK = threading.Lock()
 
 
 def alembic_config(url: str) -> Config:
@@ -47,13 +45,13 @@ def upgrade_to_head(url: str) -> None:
 
 def upgrade_to(url: str, revision: str) -> None:
     """Blocking: upgrade the database at ``url`` to ``revision``."""
-    with _ALEMBIC_LOCK:
+    with ALEMBIC_LOCK:  # (Alembic's globals: one migration at a time per process, the gateway's included)
         command.upgrade(alembic_config(url), revision)
 
 
 def downgrade_to(url: str, revision: str) -> None:
     """Blocking: downgrade the database at ``url`` to ``revision``."""
-    with _ALEMBIC_LOCK:
+    with ALEMBIC_LOCK:  # (Alembic's globals: one migration at a time per process, the gateway's included)
         command.downgrade(alembic_config(url), revision)
 
 

@@ -26,7 +26,9 @@ from gateway.database.engine import EngineLimits, normalize_url, sqlite_file
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 VERSION_TABLE = "gateway_alembic_version"
-# Alembic keeps its running migration context in module globals: one at a time per process.
+# Alembic keeps its running migration context in module globals (``alembic.context``): one migration
+# at a time per process, whoever's: the features' histories take this lock too (``gateway.api``), since
+# the gateway's and a feature's migrations run in threads at the same start.
 ALEMBIC_LOCK = threading.Lock()
 # A migration may rebuild a table or an index of a large ledger, and it runs in the background
 # (the features answer 503 meanwhile): its statements get longer than a request's, and a

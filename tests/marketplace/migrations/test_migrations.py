@@ -325,3 +325,33 @@ async def test_conversations_get_their_last_use_and_lose_it_again(database_url):
     finally:
         await engine.dispose()
     assert "last_active_at" not in columns
+
+
+def test_a_marketplace_migration_waits_for_the_gateways_own(tmp_path):
+    """Alembic's running context is a module global: the gateway's migrations (its keys, files, batches
+    tables) and the marketplace's run in threads at the same start, and two at once clobber each
+    other's context (``'NoneType' object has no attribute 'configure'``, ``KeyError: 'config'``: the
+    marketplace then answered 503 until its retry). One lock for both: while the gateway's migration
+    holds it, the marketplace's does not start."""
+    import threading
+
+    from gateway.database.migrations.runner import ALEMBIC_LOCK
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/marketplace.db"
+    done = threading.Event()
+
+    def migrate() -> None:
+        upgrade_to(url, "head")
+        done.set()
+
+    with ALEMBIC_LOCK:  # (the gateway's migration, running)
+        thread = threading.Thread(target=migrate, daemon=True)
+        thread.start()
+        # (a migration of this empty file takes well under this without the lock: it would have set `done`)
+        assert not done.wait(3.0), "the marketplace migrated while the gateway's migration held Alembic"
+    thread.join(60)
+    assert done.is_set(), "the marketplace's migration did not finish once the gateway's was done"
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/marketplace.db")
+    with engine.connect() as connection:
+        assert connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar() == head_revision()
+    engine.dispose()

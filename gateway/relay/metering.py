@@ -85,13 +85,16 @@ class Meter:
         self.queued_paths: frozenset[str] = frozenset()  # their max_concurrency is flow control's (it waits there)
 
     async def admit(self, request: RequestContext, path: str, body: bytes | None, *,
-                    payload: dict | None = None, stream: bool = False, queues: bool = False) -> Metered | None:
+                    payload: dict | None = None, stream: bool = False, queues: bool = False,
+                    routed_model: str | None = None) -> Metered | None:
         """Admit ``request``'s call of ``path``; the ``Metered`` it holds (also ``request.get(Metered)``).
 
         ``payload``: the body already parsed (a feature's dict); it is changed in place when
         its output limit is lowered. Raises a ``Failure`` for a refusal (nothing reserved).
         None for a path that is no inference. ``queues``: the call then waits in flow control,
-        which holds its ``max_concurrency`` (for ``queued_paths``).
+        which holds its ``max_concurrency`` (for ``queued_paths``). ``routed_model``: the model the
+        call is sent to (its route's), what a key's ``models`` list is checked against when the body
+        names none (the engine's default model then) or is no JSON (an audio upload's form).
         """
         if path not in INFERENCE_PATHS:
             return None
@@ -106,7 +109,7 @@ class Meter:
                 payload = request.parsed(body) or _parsed(body)
             est = estimate(payload, body_bytes=len(body or b""), generates=path not in NO_OUTPUT_PATHS)
             if models is not None:
-                self._check_model(est.model, models)
+                self._check_model(est.model if est.model is not None else routed_model, models)
         metered = Metered(self, request, path, est)
         end_user = None
         if limited and limits.end_user is not None:
@@ -320,7 +323,9 @@ class MeteredEngines:
         meter = self._meter
         if meter is None or request is None or path not in INFERENCE_PATHS:
             return await self._engines.post_json(path, payload, request=request, **kwargs)
-        metered = await meter.admit(request, path, None, payload=payload)
+        route = kwargs.get("route")
+        metered = await meter.admit(request, path, None, payload=payload,
+                                    routed_model=route.model if route is not None else None)
         if metered is None:
             return await self._engines.post_json(path, payload, request=request, **kwargs)
         if metered.lowered is not None:
@@ -343,12 +348,14 @@ def metered(core: Any) -> MeteredEngines:
 
 # --- the calls the runner and the relays make -------------------------------------------------------
 async def admit_call(request: RequestContext, meter: Meter | None, path: str, body: bytes | None, *,
-                     stream: bool) -> bytes | None:
-    """Admit a relayed call (raises a refusal); the body to send (its output limit maybe lowered)."""
+                     stream: bool, routed_model: str | None = None) -> bytes | None:
+    """Admit a relayed call (raises a refusal); the body to send (its output limit maybe lowered).
+    ``routed_model``: the model its route sends it to (``Meter.admit``)."""
     admitted = request.get(Metered)
     if meter is None or (admitted is not None and not admitted.settled):  # (admitted by the protocol itself)
         return body
-    metered = await meter.admit(request, path, body, stream=stream, queues=True)  # (the relays acquire next)
+    metered = await meter.admit(request, path, body, stream=stream, queues=True,  # (the relays acquire next)
+                                routed_model=routed_model)
     return metered.body(body) if metered is not None else body
 
 

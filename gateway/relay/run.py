@@ -164,8 +164,9 @@ class Run:
         channel = self.channel
         if channel is not None:
             channel.on_leave(self._client_left)
+        route = self.call.route
         self.call.body = await admit_call(self.request, self.relay.meter, self.call.path, self.call.body,
-                                          stream=True)
+                                          stream=True, routed_model=route.model if route is not None else None)
         with EngineWait(self.request):
             stream = await queueing.open_stream(self.relay.flow, self.relay.engines, self.call.path, self.call.body,
                                                 request=self.request, route=self.call.hints(self.request))

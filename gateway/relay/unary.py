@@ -42,7 +42,8 @@ async def relay_json(request: RequestContext, relay: Relay, method: str, path: s
                      on_success: SuccessHook | None = None) -> None:
     """Send ``body`` to the engine's ``path`` and answer ``request`` with what it answers."""
     try:
-        body = await admit_call(request, relay.meter, path, body, stream=False)  # limits (a refusal raises)
+        body = await admit_call(request, relay.meter, path, body, stream=False,  # limits (a refusal raises)
+                                routed_model=route.model if route is not None else None)
     except Failure as error:
         count_refusal(relay.metrics, error)
         raise

@@ -181,6 +181,32 @@ async def test_a_keys_models_list_is_enforced_and_filters_v1_models(gateway):
         == [model]
 
 
+async def test_a_keys_models_list_holds_for_a_body_that_names_no_model_and_for_an_audio_upload(gateway, fake_engine):
+    """A body without ``model`` goes to the engine's default model, and an audio upload names its model in
+    a form field: both were let through a key whose list does not have that model (only a JSON body's
+    ``model`` was checked)."""
+    model = await model_of(gateway)
+    key = await new_key(gateway, models=["some-other-model"])
+    no_model = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    for path, body in [("/v1/chat/completions", no_model), ("/v1/chat/completions", {**no_model, "stream": True}),
+                       ("/v1/completions", {"prompt": "hi", "max_tokens": 4}),
+                       ("/v1/responses", {"input": "hi", "max_output_tokens": 4, "stream": True})]:
+        refused = await gateway.post(path, json=body, headers=bearer(key))
+        assert refused.status_code == 403, (path, body, refused.text)
+        assert refused.json()["error"]["code"] == "model_not_allowed" and model in refused.json()["error"]["message"]
+    files = {"file": ("a.wav", b"RIFF\x00\x00\x00\x00WAVE", "audio/wav")}
+    received = len(fake_engine.received)
+    audio = await gateway.post("/v1/audio/transcriptions", data={"model": model}, files=files, headers=bearer(key))
+    assert audio.status_code == 403 and audio.json()["error"]["code"] == "model_not_allowed", audio.text
+    assert len(fake_engine.received) == received  # refused before any engine was asked
+    # A key that may use the default model still may when its body names none (an alias in its list too).
+    for allowed in (model, "stack-2.9"):
+        may = await new_key(gateway, models=[allowed])
+        assert (await gateway.post("/v1/chat/completions", json=no_model, headers=bearer(may))).status_code == 200
+        answer = await gateway.post("/v1/audio/transcriptions", data={"model": model}, files=files, headers=bearer(may))
+        assert answer.status_code == 200, answer.text
+
+
 async def test_the_ledger_gets_what_clients_received_from_every_route(gateway):
     key = await new_key(gateway)
     model = await model_of(gateway)

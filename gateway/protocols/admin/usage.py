@@ -1,7 +1,8 @@
 """``GET /admin/usage`` (everyone's, grouped) and ``GET /v1/usage`` (the calling key's own).
 
 ``from`` and ``to`` are ISO 8601 times or Unix seconds (default: the last 30 days up to now);
-the ledger is hourly, so both are taken to the hour. Figures reach the database every
+the ledger is hourly: the hours overlapping ``[from, to)`` (``to`` excluded, as OpenAI's
+``end_time``: ``usage.report``). Figures reach the database every
 ``USAGE_FLUSH_SECONDS``, so the last seconds may not be in them yet.
 
 End users are kept as labels (``relay.end_users``: an HMAC of the id, never the id): grouped by

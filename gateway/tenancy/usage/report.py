@@ -1,7 +1,9 @@
 """The ledger's sums over a time range, grouped by key, team, model, end user or day.
 
-Rows are hourly, so ``from`` and ``to`` are taken to the hour (``from`` rounded down, ``to``
-up: the hour a moment falls in is included). Grouping by day is done here from the hourly
+Rows are hourly, so ``from`` and ``to`` are taken to the hour: the hours that overlap
+``[from, to)`` (``from`` rounded down, ``to`` up; ``to`` itself is excluded, as OpenAI's usage
+API excludes its ``end_time``, so consecutive ranges such as one month's and the next never
+count the hour they share; an instant, ``from`` = ``to``, is its own hour). Grouping by day is done here from the hourly
 sums (UTC days), the same on SQLite and PostgreSQL.
 """
 
@@ -28,14 +30,20 @@ def hour_floor(moment: dt.datetime) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
 
 
+def last_hour(start: dt.datetime, end: dt.datetime) -> dt.datetime:
+    """The last hour that begins before ``end`` (``end`` excluded), or ``end``'s own for an instant."""
+    last = hour_floor(end)
+    return last - dt.timedelta(hours=1) if last == end and end > start else last
+
+
 async def usage_report(engine: AsyncEngine, *, start: dt.datetime, end: dt.datetime, group_by: GroupBy,
                        key_id: str | None = None, team_id: str | None = None,
                        end_user: str | None = None) -> list[dict]:
-    """Sums per group over [start, end] (whole hours), optionally of one key, team or end user (its label);
+    """Sums per group over [start, end) (whole hours), optionally of one key, team or end user (its label);
     largest first."""
     column = COLUMNS[group_by]
     query = (sa.select(column.label("group"), *[sa.func.sum(getattr(usage.c, name)).label(name) for name in SUMS])
-             .where(usage.c.hour >= hour_floor(start), usage.c.hour <= hour_floor(end))
+             .where(usage.c.hour >= hour_floor(start), usage.c.hour <= last_hour(start, end))
              .group_by(column))
     if key_id is not None:
         query = query.where(usage.c.key_id == key_id)

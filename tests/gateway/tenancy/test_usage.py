@@ -60,6 +60,30 @@ async def test_records_are_summed_per_hour_and_written_in_one_batch(engine):
     assert [(team["team_id"], team["requests"]) for team in teams] == [("team_t", 1)]
 
 
+async def test_a_range_excludes_its_end_so_consecutive_ranges_never_count_an_hour_twice(engine):
+    clock = Clock()  # 22:30 on 2030-05-31
+    ledger = UsageLedger(engine, clock=clock)
+    record(ledger)
+    clock.now = dt.datetime(2030, 6, 1, 0, 10, tzinfo=dt.UTC)  # the first hour of June
+    record(ledger, completion_tokens=5)
+    clock.now = dt.datetime(2030, 6, 1, 1, 0, tzinfo=dt.UTC)
+    record(ledger, completion_tokens=7)
+    await ledger.flush()
+
+    async def requests(start: dt.datetime, end: dt.datetime) -> list[tuple[str, int]]:
+        return [(day["day"], day["requests"]) for day in await usage_report(engine, start=start, end=end,
+                                                                           group_by="day")]
+
+    may, june, july = (dt.datetime(2030, month, 1, tzinfo=dt.UTC) for month in (5, 6, 7))
+    assert await requests(may, june) == [("2030-05-31", 1)]  # (was: June's first hour too)
+    assert await requests(june, july) == [("2030-06-01", 2)]
+    one = dt.timedelta(hours=1)
+    assert await requests(june, june + one) == [("2030-06-01", 1)]  # 00:00 to 01:00: the 00:xx hour alone
+    assert await requests(june + one, june + one) == [("2030-06-01", 1)]  # an instant: its own hour
+    assert await requests(june - dt.timedelta(minutes=80), june + dt.timedelta(minutes=1)) == [
+        ("2030-05-31", 1), ("2030-06-01", 1)]  # a range within hours: every hour it touches
+
+
 async def test_two_replicas_writing_the_same_row_add_up(engine):
     clock = Clock()
     first, second = UsageLedger(engine, clock=clock), UsageLedger(engine, clock=clock)

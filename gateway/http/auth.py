@@ -153,11 +153,13 @@ class TokenAuthenticator(Protocol):
     The middleware asks it about a bearer token that is no configured key, starts with
     ``token_prefix`` and was sent to a path starting with one of ``path_prefixes``; anywhere
     else such a token is an invalid key (401). ``authenticate`` may raise ``GatewayError``
-    (a 503 while the feature's database is down).
+    (a 503 while the feature's database is down). ``kind`` names its tokens in the 401 of one
+    it does not know (``invalid, expired or revoked <kind>``).
     """
 
     token_prefix: str
     path_prefixes: tuple[str, ...]
+    kind: str
 
     async def authenticate(self, token: str) -> Principal | None: ...
 
@@ -177,6 +179,7 @@ class DatabaseKeys:
 
     token_prefix = KEY_PREFIX
     path_prefixes = ("/",)
+    kind = "API key"
 
     def __init__(self, resolver: KeyResolver) -> None:
         self.resolver = resolver

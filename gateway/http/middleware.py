@@ -302,8 +302,8 @@ class GatewayMiddleware(StartHook):
             except GatewayError as exc:
                 return None, exc
             if principal is None:
-                return None, GatewayError(401, "invalid, expired or revoked end-user token", code="invalid_api_key",
-                                          headers={"www-authenticate": "Bearer"})
+                return None, GatewayError(401, f"invalid, expired or revoked {authenticator.kind}",
+                                          code="invalid_api_key", headers={"www-authenticate": "Bearer"})
             return principal, None
         return None, refusal
 

@@ -94,6 +94,7 @@ class UserTokens:
 
     token_prefix = TOKEN_PREFIX
     path_prefixes = TOKEN_PATHS
+    kind = "end-user token"
 
     def __init__(self, marketplace) -> None:
         self._marketplace = marketplace  # marketplace.lifecycle.Marketplace: its database, once up

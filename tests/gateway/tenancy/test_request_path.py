@@ -207,6 +207,21 @@ async def test_a_keys_models_list_holds_for_a_body_that_names_no_model_and_for_a
         assert answer.status_code == 200, answer.text
 
 
+async def test_a_revoked_rotated_out_or_unknown_database_key_is_refused_as_an_api_key(gateway):
+    """Its 401 said 'invalid, expired or revoked end-user token', the marketplace tokens' words."""
+    created = (await gateway.post("/admin/keys", json={"name": "app"}, headers=ADMIN)).json()
+    rotated = await gateway.post(f"/admin/keys/{created['id']}/rotate", json={"grace_seconds": 0}, headers=ADMIN)
+    revoked = (await gateway.post("/admin/keys", json={"name": "gone"}, headers=ADMIN)).json()
+    assert (await gateway.delete(f"/admin/keys/{revoked['id']}", headers=ADMIN)).status_code == 200
+    for secret in (created["key"], revoked["key"], rotated.json()["key"][:-4] + "AAAA"):
+        for headers in (bearer(secret), {"x-api-key": secret}):
+            refused = await gateway.get("/v1/models", headers=headers)
+            assert refused.status_code == 401
+            assert refused.json()["error"] == {"message": "invalid, expired or revoked API key",
+                                               "type": "authentication_error", "param": None,
+                                               "code": "invalid_api_key"}
+
+
 async def test_the_ledger_gets_what_clients_received_from_every_route(gateway):
     key = await new_key(gateway)
     model = await model_of(gateway)

@@ -2,7 +2,8 @@
 
 OpenAI (``x-ratelimit-*``): limit and remaining as integers, resets as durations (``1s``,
 ``6m0s``, ``20ms``), as api.openai.com sends them. Anthropic (``anthropic-ratelimit-*``):
-resets as RFC 3339 times. A refusal adds ``retry-after`` (whole seconds, at least 1). Budgets
+resets as RFC 3339 times, rounded up to the second (a client that waits until then is admitted).
+A refusal adds ``retry-after`` (whole seconds, at least 1). Budgets
 have no standard header: ``x-gateway-budget-{limit,remaining,reset}`` carry them on both.
 """
 
@@ -66,7 +67,9 @@ def anthropic_headers(rate: RateInfo, *, now: dt.datetime | None = None) -> list
                                             rate.requests_reset),
                                            ("tokens", rate.tokens_limit, rate.tokens_remaining, rate.tokens_reset)):
         if limit is not None:
-            at = (now + dt.timedelta(seconds=reset or 0.0)).replace(microsecond=0)
+            at = now + dt.timedelta(seconds=reset or 0.0)
+            if at.microsecond:  # to the next whole second, never before the reset (as retry-after rounds up)
+                at = at.replace(microsecond=0) + dt.timedelta(seconds=1)
             headers += [(f"anthropic-ratelimit-{kind}-limit", str(limit)),
                         (f"anthropic-ratelimit-{kind}-remaining", str(remaining)),
                         (f"anthropic-ratelimit-{kind}-reset", at.isoformat().replace("+00:00", "Z"))]

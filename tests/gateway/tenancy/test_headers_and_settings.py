@@ -46,9 +46,14 @@ def test_a_refusal_carries_retry_after_and_openais_headers():
 def test_anthropics_headers_give_reset_times():
     now = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
     headers = dict(anthropic_headers(RATE, now=now))
-    assert headers[b"anthropic-ratelimit-requests-reset"] == b"2030-01-01T12:00:01Z"
+    # 1.5 s from 12:00:00: the limit is back at 12:00:01.5, so the whole second is 12:00:02 (it said
+    # 12:00:01, when a retry is still refused), as retry-after rounds 1.5 s up to 2.
+    assert headers[b"anthropic-ratelimit-requests-reset"] == b"2030-01-01T12:00:02Z"
     assert headers[b"anthropic-ratelimit-tokens-remaining"] == b"250"
-    assert headers[b"anthropic-ratelimit-tokens-reset"] == b"2030-01-01T12:01:15Z"
+    assert headers[b"anthropic-ratelimit-tokens-reset"] == b"2030-01-01T12:01:15Z"  # (a whole second stays)
+    later = dict(anthropic_headers(RATE, now=now + dt.timedelta(microseconds=700_000)))
+    assert later[b"anthropic-ratelimit-requests-reset"] == b"2030-01-01T12:00:03Z"  # 12:00:02.2
+    assert later[b"anthropic-ratelimit-tokens-reset"] == b"2030-01-01T12:01:16Z"  # 12:01:15.7
 
 
 def test_a_spent_total_budget_has_no_retry_after():

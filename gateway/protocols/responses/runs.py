@@ -165,7 +165,7 @@ class ResponseRuns:
         try:
             # Limits and the ledger: admitted here, settled by the run's ending (relay.metering).
             request.engine_body = await admit_call(ctx, core.relay.meter, RESPONSES_PATH, request.engine_body,
-                                                   stream=True)
+                                                   stream=True, routed_model=request.model)
             stream = await self._open(request, ctx)
             if stream.status >= 400:
                 raise await stream.refusal()

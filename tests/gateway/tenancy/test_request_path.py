@@ -207,6 +207,18 @@ async def test_a_keys_models_list_holds_for_a_body_that_names_no_model_and_for_a
         assert answer.status_code == 200, answer.text
 
 
+async def test_a_keys_models_list_holds_for_a_background_response_that_names_no_model(make_settings, fake_engine):
+    async with serving(make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300,
+                                     session_store="memory")) as gateway:
+        model = await model_of(gateway)
+        body = {"input": "hi", "max_output_tokens": 4, "background": True}
+        refused = await gateway.post("/v1/responses", json=body,
+                                     headers=bearer(await new_key(gateway, models=["some-other-model"])))
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed", refused.text
+        allowed = await gateway.post("/v1/responses", json=body, headers=bearer(await new_key(gateway, models=[model])))
+        assert allowed.status_code == 200 and allowed.json()["status"] == "queued", allowed.text
+
+
 async def test_a_revoked_rotated_out_or_unknown_database_key_is_refused_as_an_api_key(gateway):
     """Its 401 said 'invalid, expired or revoked end-user token', the marketplace tokens' words."""
     created = (await gateway.post("/admin/keys", json={"name": "app"}, headers=ADMIN)).json()

@@ -235,8 +235,8 @@ class Settings(BaseSettings):
     # While Redis is down: "local" (each replica enforces the limits alone) or "closed"
     # (requests of keys with limits are refused with 503).
     limits_when_redis_down: Literal["local", "closed"] = "local"
-    # A request in flight holds a concurrency slot this long at most unless its stream
-    # renews it (a replica that died frees its slots after this).
+    # A concurrency slot is a lease this long, renewed every third of it while its request is in
+    # flight (tenancy.limits.limiter): a replica that died frees its slots after this.
     limit_lease_seconds: float = Field(300.0, ge=10)
     # How long a rotated key's old secret keeps working (POST /admin/keys/{id}/rotate may
     # name another, up to 30 days).

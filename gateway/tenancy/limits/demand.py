@@ -30,18 +30,19 @@ def demand_for(*, key_id: str, limits: Limits, team: TeamLimits | None = None, e
     shape = _shapes.get((key_id, end_user, concurrency))
     if shape is None or shape[0] is not limits or shape[1] is not team:
         shape = _shape(key_id, limits, team, end_user, concurrency)
-    return Demand(shape[2], shape[3], prompt_tokens + max(max_tokens, 0), prompt_tokens + 1, shape[4])
+    return Demand(shape[2], shape[3], prompt_tokens + max(max_tokens, 0), prompt_tokens + 1, shape[4], shape[5])
 
 
 _SHAPES_MAX = 10_000
 # (key id, end user, concurrency) -> (the key's Limits and TeamLimits they were built from, the scopes, the
-# tag, limited). A resolved key keeps its objects while it is cached, so a request finds its key's scopes
-# built: the same tuple every time, which the Redis limiter finds packed by identity (redis_limits).
-_shapes: dict[tuple[str, str | None, bool], tuple[Limits, TeamLimits | None, tuple[Scope, ...], str, bool]] = {}
+# tag, limited, leases). A resolved key keeps its objects while it is cached, so a request finds its key's
+# scopes built: the same tuple every time, which the Redis limiter finds packed by identity (redis_limits).
+_Shape = tuple[Limits, TeamLimits | None, tuple[Scope, ...], str, bool, bool]
+_shapes: dict[tuple[str, str | None, bool], _Shape] = {}
 
 
 def _shape(key_id: str, limits: Limits, team: TeamLimits | None, end_user: str | None,
-           concurrency: bool) -> tuple[Limits, TeamLimits | None, tuple[Scope, ...], str, bool]:
+           concurrency: bool) -> _Shape:
     scopes: list[Scope] = []
     team_limits = _own(team.limits, concurrency) if team is not None else None
     if team_limits is not None and not team_limits.empty:
@@ -53,7 +54,8 @@ def _shape(key_id: str, limits: Limits, team: TeamLimits | None, end_user: str |
         scopes.append(Scope(f"user:{key_id}:{end_user}", limits.end_user))
     built = tuple(scopes)
     shape = (limits, team, built, team.id if team is not None else key_id,
-             any(not scope.limits.empty for scope in built))
+             any(not scope.limits.empty for scope in built),
+             any(scope.limits.max_concurrency is not None for scope in built))
     if len(_shapes) >= _SHAPES_MAX:
         _shapes.clear()
     _shapes[(key_id, end_user, concurrency)] = shape  # (holding the objects: compared by identity above)

@@ -16,6 +16,13 @@ Four calls per request (see docs/keys.md, "The request path"):
   On Redis it is sent without awaiting the reply (pipelined behind whatever else is in
   flight): a request's end never waits on Redis for it.
 
+A request holding a ``max_concurrency`` slot holds it as a lease (``LIMIT_LEASE_SECONDS``), so that
+a replica that dies mid-request does not hold its slots for ever; the limiter renews the leases of
+its requests still in flight every third of a lease (one command each, not awaited; a request's own
+path pays a dict insert and a pop), so a request longer than a lease keeps its slot. It holds them
+weakly: a reservation nothing refers to any more (its request gone without settling) is not
+renewed, and its lease runs out as before.
+
 A demand with no limit in any scope costs no I/O at all. Redis down: every call is bounded
 by ``REDIS_TIMEOUT_SECONDS``; the first failure marks Redis down, and until a probe (every
 ``PROBE_SECONDS``) finds it back no request waits on it: under ``local`` (the default) each
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from typing import Literal
 
 from gateway.tenancy.errors import LimiterUnavailable
@@ -60,6 +68,10 @@ class Limiter:
         # worked out only when it is needed (Redis down), not on every request
         self._budgets: dict[str, tuple[int, int]] = {}
         self._probe: asyncio.Task | None = None
+        # The reservations in flight that hold a concurrency lease, by id (weak references: a plain dict of
+        # them costs the request path a fraction of a WeakValueDictionary's Python), and the task renewing them.
+        self._leased: dict[str, weakref.ref[Reservation]] = {}
+        self._renewing: asyncio.Task | None = None
 
     @property
     def backend(self) -> str:
@@ -75,12 +87,12 @@ class Limiter:
                 self._went_down(exc)
             else:
                 self._remember(demand, reservation.second, budgets)
-                return reservation
+                return self._leasing(reservation)
         if self.redis is not None and self.when_down == "closed":
             raise LimiterUnavailable("limits cannot be checked while Redis is unavailable")
         if self.redis is not None:
             self._seed(demand)
-        return self.local.admit(demand)
+        return self._leasing(self.local.admit(demand))
 
     async def consume(self, reservation: Reservation, tokens: int) -> bool:
         """Count ``tokens`` more as used; False once the budgets cannot cover them (cut the stream)."""
@@ -113,6 +125,7 @@ class Limiter:
         if reservation.settled:
             return
         reservation.settled = True
+        self._leased.pop(reservation.id, None)
         used = reservation.used if used is None else used
         if reservation.backend == "local":
             self.local.settle(reservation, used, ran=ran)
@@ -125,6 +138,45 @@ class Limiter:
             except RedisUnavailable as exc:
                 self.lost_settlements += 1
                 self._went_down(exc)
+
+    def _leasing(self, reservation: Reservation) -> Reservation:
+        """``reservation``, its lease renewed while it is in flight if it holds a concurrency slot."""
+        if reservation.demand.leases:
+            self._leased[reservation.id] = weakref.ref(reservation)
+            if self._renewing is None:
+                self._renewing = asyncio.get_running_loop().create_task(self._renew_leases(), name="lease-renewal")
+        return reservation
+
+    def renew_leases(self) -> int:
+        """Renew the lease of every reservation in flight that holds one; how many were renewed."""
+        renewed = 0
+        for reservation_id, held in list(self._leased.items()):
+            reservation = held()
+            if reservation is None or reservation.settled:  # (its request dropped it without settling)
+                self._leased.pop(reservation_id, None)
+                continue
+            if reservation.backend == "local":
+                self.local.extend(reservation, 0)
+            elif reservation.backend == "redis" and not self.redis_down:
+                try:
+                    self.redis.renew(reservation)  # type: ignore[union-attr]
+                except RedisUnavailable as exc:
+                    self._went_down(exc)
+                    continue
+            else:
+                continue
+            renewed += 1
+        return renewed
+
+    async def _renew_leases(self) -> None:
+        every = min(self.local.lease_seconds, self.redis.lease_ms / 1000 if self.redis is not None else
+                    self.local.lease_seconds) / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                self.renew_leases()
+            except Exception:  # (a renewal that fails leaves the lease to run out, as without renewal)
+                log.exception("renewing the concurrency leases failed")
 
     def status(self) -> dict:
         """What /health shows of the limiter."""
@@ -178,9 +230,10 @@ class Limiter:
             return
 
     async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+        for task in (self._probe, self._renewing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.redis is not None:
             await self.redis.client.close()

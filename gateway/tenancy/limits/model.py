@@ -40,15 +40,17 @@ class Demand:
     """One request's demand. Its scopes and tag are a key's (``demand.demand_for`` builds them once per
     key, so the Redis limiter finds their packed form by identity); ``limited`` is said once with them."""
 
-    __slots__ = ("scopes", "tag", "tokens", "min_tokens", "limited")
+    __slots__ = ("scopes", "tag", "tokens", "min_tokens", "limited", "leases")
 
     def __init__(self, scopes: tuple[Scope, ...], tag: str, tokens: int, min_tokens: int,
-                 limited: bool | None = None) -> None:
+                 limited: bool | None = None, leases: bool | None = None) -> None:
         self.scopes = scopes
         self.tag = tag            # every scope's counters live under this Redis hash tag (one slot in a cluster)
         self.tokens = tokens      # at most: prompt + max_tokens
         self.min_tokens = min_tokens  # at least: the prompt + 1
         self.limited = any(not scope.limits.empty for scope in scopes) if limited is None else limited
+        # whether an admitted request holds a concurrency lease in some scope (renewed while it is in flight)
+        self.leases = any(scope.limits.max_concurrency is not None for scope in scopes) if leases is None else leases
 
     def __repr__(self) -> str:
         return f"Demand(scopes={self.scopes!r}, tag={self.tag!r}, tokens={self.tokens}, min_tokens={self.min_tokens})"
@@ -75,7 +77,7 @@ class RateInfo(NamedTuple):
 NO_RATE_INFO = RateInfo()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # (weak: the limiter renews leases only of reservations still referenced)
 class Reservation:
     """What one admitted request holds; given back to ``extend``/``consume``/``settle`` of the same limiter."""
 

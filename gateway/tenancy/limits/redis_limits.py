@@ -170,6 +170,12 @@ class RedisLimits:
         count, body = self._adjust_body(reservation, _SETTLE if ran else _SETTLE_NOT_RUN, used - reservation.granted)
         self.client.evalsha_nowait(ADJUST, count, body)
 
+    def renew(self, reservation: Reservation) -> None:
+        """Push its concurrency lease's deadline to a full lease from now (an extend of no tokens: adjust.lua
+        renews the lease of every extend); sent without waiting for the reply, as ``settle``."""
+        count, body = self._adjust_body(reservation, _EXTEND, 0)
+        self.client.evalsha_nowait(ADJUST, count, body)
+
     async def _adjust(self, reservation: Reservation, mode: int, tokens: int) -> list:
         count, body = self._adjust_body(reservation, mode, tokens)
         return await self.client.evalsha_packed(ADJUST, count, body)  # type: ignore

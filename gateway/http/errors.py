@@ -65,6 +65,10 @@ ERROR_TYPES = {
     504: "timeout_error",
 }
 
+# Where OpenAI's ``type`` is not the status's: a spent quota is a 429 of its own type, as api.openai.com
+# answers it ({"type": "insufficient_quota", "code": "insufficient_quota"}).
+ERROR_TYPES_BY_CODE = {"insufficient_quota": "insufficient_quota"}
+
 JSON_CONTENT_TYPE = b"application/json"
 
 
@@ -83,7 +87,7 @@ class GatewayError(Failure):
     ) -> None:
         super().__init__(message, param=param, code=code)
         self.status = status
-        self.type = type or ERROR_TYPES.get(status, "server_error")
+        self.type = type or ERROR_TYPES_BY_CODE.get(code) or ERROR_TYPES.get(status, "server_error")
         self.headers = headers or {}
 
     def envelope(self) -> dict:

@@ -15,6 +15,7 @@ import time
 
 import orjson
 
+from gateway.http.errors import ERROR_TYPES_BY_CODE
 from gateway.protocols.openai import reasoning
 from gateway.relay.dialect import StreamResult
 from gateway.relay.sse import SEPARATOR, event_json, split_events
@@ -192,7 +193,7 @@ class OpenAIDialect:
                              finish_reason=finish_reason)
 
     def error_events(self, message: str, code: str) -> list[bytes]:
-        return [error_event(message, code=code), DONE]
+        return [error_event(message, type=ERROR_TYPES_BY_CODE.get(code, "upstream_error"), code=code), DONE]
 
     def is_last(self, frame: bytes) -> bool:
         return frame.endswith(DONE_FRAME_TAIL)

@@ -93,10 +93,12 @@ async def test_a_stream_that_spends_its_budget_is_cut_with_an_error_event_and_th
     assert stream[-1] == b"data: [DONE]"
     error = orjson.loads(stream[-2].removeprefix(b"data: "))["error"]
     assert error["code"] == "insufficient_quota" and "budget" in error["message"]
+    assert error["type"] == "insufficient_quota"  # (OpenAI's type for a spent quota)
     content = [event for event in stream if b'"content":"t' in event]
     assert 0 < len(content) < 200  # cut, not finished: the engine would have sent 200
     refused = await gateway.post("/v1/chat/completions", json=chat(model), headers=bearer(key))
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+    assert refused.json()["error"]["type"] == "insufficient_quota"
     assert "retry-after" not in refused.headers  # a spent total budget never comes back by itself
     assert refused.headers["x-gateway-budget-limit"] == "80"
 

@@ -83,6 +83,8 @@ class StreamDialect(Protocol):
         """Whether ``frame`` (an event with its blank line, maybe an ``id:`` line) ends the stream."""
 
     def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
-                         model: object, choices: int) -> list[bytes]:
+                         model: object, choices: int, usage: dict | None = None) -> list[bytes]:
         """The events that end a cancelled generation, shaped like the stream's own (ids copied from
-        ``first_event``; without one, made from ``run_id``, the gateway's id of the run)."""
+        ``first_event``; without one, made from ``run_id``, the gateway's id of the run). ``usage``:
+        what the generation used before the stop, as the gateway counted it
+        (:meth:`StreamResult.counted_usage`; None when unknown), for an ending that reports it."""

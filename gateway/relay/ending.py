@@ -71,12 +71,14 @@ class Ending:
 
 
 def ending_of(dialect: StreamDialect, *, completed: bool, stop_reason: str | None, failure: Exception | None,
-              first_event: bytes | None, run_id: str, model: object, choices: int) -> Ending:
+              first_event: bytes | None, run_id: str, model: object, choices: int,
+              usage: dict | None = None) -> Ending:
     """The ending of a stream: ``completed`` (its terminal event went by), else why it stopped or failed.
 
     ``first_event``: the stream's first event as the engine wrote it (an ending shaped like the
     stream's own copies its ids from it); ``run_id``: the gateway's id of the run (the request's
-    id, or the session's when the ending is written elsewhere), for endings with no first event.
+    id, or the session's when the ending is written elsewhere), for endings with no first event;
+    ``usage``: what the stream used so far, as counted (a cancelled ending may report it).
     """
     if completed:
         return Ending("completed", [])
@@ -86,7 +88,7 @@ def ending_of(dialect: StreamDialect, *, completed: bool, stop_reason: str | Non
         return Ending("error", dialect.error_events(FENCED_MESSAGE, "producer_lost"), FENCED_MESSAGE)
     if stop_reason is not None:
         events = dialect.cancelled_events(first_event=first_event, reason=stop_reason, run_id=run_id, model=model,
-                                          choices=choices)
+                                          choices=choices, usage=usage)
         return Ending(STOP_HOW[stop_reason], events)
     message = str(getattr(failure, "message", None) or ENDED_EARLY) if failure is not None else ENDED_EARLY
     code = failure.code if isinstance(failure, LimitReached) and failure.code else "stream_interrupted"

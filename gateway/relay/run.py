@@ -216,16 +216,16 @@ class Run:
         self.done = True
         call, tracker, relay = self.call, self.tracker, self.relay
         completed = tracker.ended and not isinstance(failure, LimitReached)  # (a budget may cut the last read)
+        result = tracker.result()
         ending = E.ending_of(call.dialect, completed=completed, stop_reason=self.stop_reason, failure=failure,
                              first_event=self.sink.first_event, run_id=self.request.request_id, model=call.model,
-                             choices=call.choices)
+                             choices=call.choices, usage=result.counted_usage())
         if ending.how == "error" and self.stop_reason is None and not count_refusal(relay.metrics, failure):
             relay.metrics.upstream_errors.labels("stream_broken").inc()  # (a budget cut is the gateway's refusal)
         if self.channel is not None and self._client_here and not self.channel.started and ending.events:
             await self._start_client()  # stopped before the head went out, the client still there: tell it
         written = await self.sink.finish(ending)
         self._client_left()
-        result = tracker.result()
         if result.content_events is None:  # not counted by the tracker: every event written, for an estimate
             result.content_events = written
         result.how = ending.how

@@ -128,12 +128,17 @@ class AnthropicDialect:
         return STOP_EVENT in frame or ERROR_EVENT in frame
 
     def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
-                         model: object, choices: int) -> list[bytes]:
+                         model: object, choices: int, usage: dict | None = None) -> list[bytes]:
         """A ``message_delta`` with stop reason "cancelled", then ``message_stop``.
+
+        Its ``usage.output_tokens`` is the tokens generated before the stop, as the gateway
+        counted them (``usage``, what the key is charged): a ``message_delta``'s usage is
+        cumulative, and clients (the SDKs' accumulated message) take it as the total.
 
         A stream stopped before its ``message_start`` went out gets one first (a Messages
         stream opens with it; the SDKs read the message from it), with an id made from the run's.
         """
+        generated = _count((usage or {}).get("completion_tokens"))
         events = []
         if first_event is None:
             events.append(_event("message_start", {"type": "message_start", "message": {
@@ -141,7 +146,7 @@ class AnthropicDialect:
                 "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}}))
         events.append(_event("message_delta", {"type": "message_delta",
                                                "delta": {"stop_reason": CANCELLED_STOP_REASON, "stop_sequence": None},
-                                               "usage": {"output_tokens": 0}, "cancel_reason": reason}))
+                                               "usage": {"output_tokens": generated}, "cancel_reason": reason}))
         events.append(_event("message_stop", {"type": "message_stop"}))
         return events
 

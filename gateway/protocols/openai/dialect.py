@@ -199,7 +199,7 @@ class OpenAIDialect:
         return frame.endswith(DONE_FRAME_TAIL)
 
     def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
-                         model: object, choices: int) -> list[bytes]:
+                         model: object, choices: int, usage: dict | None = None) -> list[bytes]:
         """A chunk whose every choice ends with finish_reason "cancelled", then [DONE].
 
         It copies ``id``, ``created``, ``object`` and ``model`` from the generation's first

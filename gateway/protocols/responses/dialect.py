@@ -231,7 +231,7 @@ class ResponsesDialect:
         return any(line in frame for line in _TERMINAL_LINES)
 
     def cancelled_events(self, *, first_event: bytes | None, reason: str, run_id: str,
-                         model: object, choices: int) -> list[bytes]:
+                         model: object, choices: int, usage: dict | None = None) -> list[bytes]:
         run = self.run
         run.final = run.ended_object("cancelled")  # (what the response's record takes too)
         return [event("response.cancelled", {"type": "response.cancelled", "sequence_number": run.next_sequence,

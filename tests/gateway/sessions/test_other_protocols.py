@@ -72,6 +72,10 @@ async def test_a_cancelled_messages_stream_ends_in_anthropics_shape(gateway, fak
     assert cancel.json()["cancelled"] is True and cancel.json()["status"] == "cancelled"
     assert kinds(got.events)[-2:] == ["message_delta", "message_stop"]
     assert got.events[-2].json["delta"]["stop_reason"] == "cancelled"
+    # Its usage is cumulative (the SDKs take it as the total): the tokens the client received,
+    # one per delta from the fake engine, not 0.
+    deltas = kinds(got.events).count("content_block_delta")
+    assert deltas >= 3 and got.events[-2].json["usage"]["output_tokens"] == deltas
     assert not any(event.data == "[DONE]" or "choices" in event.data for event in got.events)  # no OpenAI chunk
     assert got.indices == list(range(len(got.events)))
 

@@ -173,6 +173,27 @@ def test_a_client_that_leaves_a_stream_aborts_the_engine(gateway_url, idle_vllm_
     assert 0 < generated < 8000
 
 
+def test_a_cancelled_stream_reports_the_tokens_generated_so_far(claude, gateway_url, idle_vllm_engine):
+    """The cancelled ending's ``message_delta`` usage is cumulative: the SDK's total is what was generated, not 0."""
+    engine, session = idle_vllm_engine, "claude-cancel-usage"
+    before = engine.metrics()[GENERATED]
+    deltas, cancel = 0, None
+    with claude.messages.stream(model=engine.model, max_tokens=4000, messages=HELLO,
+                                extra_body={"temperature": 0, "session_id": session}) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                deltas += 1
+                if deltas == 5:
+                    cancel = httpx.post(f"{gateway_url}/v1/cancel/{session}", headers=headers(), timeout=30)
+        final = stream.get_final_message()
+    engine.wait_until_nothing_runs(timeout=15)
+    generated = engine.metrics()[GENERATED] - before
+    assert cancel is not None and cancel.json()["cancelled"] is True
+    assert final.stop_reason == "cancelled"
+    # Each delta carries at least one token; the engine generated at least what was streamed.
+    assert deltas <= final.usage.output_tokens <= generated < 4000
+
+
 @pytest.mark.parametrize(("body", "says"), [
     ('{"model": "qwen3-embedded", "messages": []}', "max_tokens"),                    # the gateway's check
     ('{"model": "qwen3-embedded", "max_tokens": "x", "messages": []}', "max_tokens"),

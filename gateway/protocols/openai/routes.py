@@ -8,7 +8,10 @@
   one of them (vLLM itself has no such route, so the SDK's ``models.retrieve`` needs it). An
   engine that does not answer within ``MODELS_WAIT_SECONDS`` (frozen, swamped) does not hold the
   route for ``UPSTREAM_FIRST_BYTE_TIMEOUT``: the list is then the one the gateway's last look
-  at its engines read (``engines.state``).
+  at its engines read (``engines.state``). Both answers read as OpenAI's and as Anthropic's
+  (``anthropic.models.list()`` and ``retrieve`` call the same paths): each card also has
+  Anthropic's ``type``, ``display_name`` and ``created_at``, the list Anthropic's ``has_more``,
+  ``first_id`` and ``last_id`` (:func:`both_shapes`); each SDK ignores the other's fields.
 
 Each also answers without ``/v1`` (``/chat/completions``, ...): the paths come from the
 engine-API table (``protocols.common.table``).
@@ -25,6 +28,8 @@ logged for resume on the way.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import orjson
 from starlette.responses import Response
@@ -134,11 +139,13 @@ class OpenAIRelay:
         for name in engine_state.public_models:
             if name not in known:
                 cards.append({**template, "id": name, "parent": engine_state.default_model})
-        return cards
+        return [both_shapes(card) for card in cards]
 
     async def models(self, request: RequestContext) -> None:
         cards = visible_cards(self.core.relay.meter, request.principal, await self._cards())  # a key's models
-        body = orjson.dumps({"object": "list", "data": cards})
+        body = orjson.dumps({"object": "list", "data": cards, "has_more": False,  # (Anthropic's page: one)
+                             "first_id": cards[0]["id"] if cards else None,
+                             "last_id": cards[-1]["id"] if cards else None})
         await request.send({"type": "http.response.start", "status": 200, "headers": JSON})
         await request.send({"type": "http.response.body", "body": body})
 
@@ -194,6 +201,16 @@ COMPLETION_SCHEMA = {
     "description": "OpenAI's completion request; every field vLLM accepts passes through unchanged.",
     "properties": {**_COMMON, "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
 }
+
+
+def both_shapes(card: dict) -> dict:
+    """A model card (OpenAI's: ``id``, ``object``, ``created``, ``owned_by``) with Anthropic's fields
+    too: ``type: "model"``, ``display_name`` (the id: vLLM has no other name) and ``created_at``
+    (RFC 3339 of ``created``, in UTC)."""
+    created = card.get("created")
+    when = (datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if isinstance(created, int) and not isinstance(created, bool) and 0 <= created < 253402300800 else None)
+    return {**card, "type": "model", "display_name": card.get("id"), "created_at": when}
 
 
 def _known_cards(engines) -> list[dict]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+from datetime import UTC, datetime
 from urllib.parse import urlparse
 
 import anthropic
 import httpx
+import openai
 import orjson
 import pytest
 
@@ -92,6 +94,26 @@ def sse_events(text: str) -> list[tuple[str, dict]]:
         data.get("message", {}).pop("id", None)
         events.append((lines["event"], data))
     return events
+
+
+def test_models_list_and_retrieve_read_the_same_answer_in_both_sdks(claude, gateway_url, vllm_engine):
+    """One ``/v1/models`` answer for both SDKs: each reads its own fields and ignores the other's."""
+    # (vLLM stamps a card's `created` when it answers: compared within one answer, not across two.)
+    listed = claude.models.with_raw_response.list()
+    page, raw = listed.parse(), {card["id"]: card for card in listed.http_response.json()["data"]}
+    assert page.has_more is False and page.first_id == page.data[0].id and page.last_id == page.data[-1].id
+    assert {model.id for model in page} == set(raw) >= {vllm_engine.model, "stack-2.9"}
+    retrieved = claude.models.with_raw_response.retrieve(vllm_engine.model)
+    for model, card in [(model, raw[model.id]) for model in page] + [(retrieved.parse(),
+                                                                      retrieved.http_response.json())]:
+        assert model.type == "model" and model.display_name == model.id
+        assert model.created_at == datetime.fromtimestamp(card["created"], UTC)  # (the SDK parses RFC 3339)
+    alias = claude.models.retrieve("stack-2.9")
+    assert alias.type == "model" and alias.id == alias.display_name == "stack-2.9"
+    sdk = openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEY_A, max_retries=0)
+    theirs = sdk.models.retrieve(vllm_engine.model)
+    assert theirs.object == "model" and theirs.id == vllm_engine.model and theirs.created > 0 and theirs.owned_by
+    assert {model.id for model in sdk.models.list()} == set(raw)
 
 
 def test_count_tokens_is_the_engines_count(claude, vllm_engine):

@@ -180,6 +180,18 @@ async def test_models_lists_served_names_and_aliases(client):
     assert ids == ["fake-model", "stack-2.9"]
 
 
+async def test_models_answer_in_openais_and_anthropics_shapes_at_once(client, fake_engine):
+    listing = (await client.get("/v1/models")).json()
+    assert listing["object"] == "list" and listing["has_more"] is False
+    assert (listing["first_id"], listing["last_id"]) == ("fake-model", "stack-2.9")
+    one = (await client.get("/v1/models/stack-2.9")).json()
+    for card in (*listing["data"], one):
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(card["created"]))
+        assert card["object"] == card["type"] == "model" and card["owned_by"]
+        assert card["display_name"] == card["id"] and card["created_at"] == created
+    assert one["id"] == "stack-2.9"
+
+
 async def test_models_answers_from_the_last_look_when_the_engine_is_frozen(client, fake_engine):
     fake_engine.models_delay = 3600  # the engine accepts the connection and never answers
     # Without the bounded wait this request would hang for UPSTREAM_FIRST_BYTE_TIMEOUT (300 s).

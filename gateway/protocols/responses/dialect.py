@@ -11,7 +11,8 @@ fails a run on ``response.incomplete`` as it fails a non-streamed response whose
 ``incomplete``, and takes ``response.completed`` as success whatever its status. So the
 tracker renames vLLM's ``response.completed`` after its status (:data:`TERMINAL_EVENT`), and
 gives an incomplete response without ``incomplete_details`` the reason vLLM's non-streamed
-answer gives (``max_output_tokens``, the only one it reports).
+answer gives (``max_output_tokens``, the only one it reports), and its cut item the status
+``incomplete`` (:func:`mark_cut_item`, which the non-streamed answer gets too).
 
 The numbers are contiguous from 0, one per event, so in a session's log event index N is
 ``sequence_number`` N: resuming "after N" is resuming after index N.
@@ -83,6 +84,24 @@ def failed_events(run: ResponsesRun, message: str, code: str) -> list[bytes]:
             event("response.failed", {"type": "response.failed", "sequence_number": n + 1, "response": run.final})]
 
 
+def mark_cut_item(response: dict) -> bool:
+    """Give the item a response cut by ``max_output_tokens`` was generating the status ``incomplete``.
+
+    OpenAI says so of the cut item (its last output item) as of the response; vLLM's item says
+    ``completed``. True if it changed. (The stream's own ``response.output_item.done`` went out
+    before the terminal event told the response was cut: it keeps vLLM's status.)
+    """
+    details, output = response.get("incomplete_details"), response.get("output")
+    if response.get("status") != "incomplete" or not isinstance(details, dict) \
+            or details.get("reason") != INCOMPLETE_REASON or not isinstance(output, list) or not output:
+        return False
+    last = output[-1]
+    if not isinstance(last, dict) or last.get("status") != "completed":
+        return False
+    last["status"] = "incomplete"
+    return True
+
+
 def _name_terminal(data: dict, response: dict) -> bool:
     """Give a terminal event the name of its response's status, as OpenAI does; True if it changed."""
     status = response.get("status")
@@ -91,6 +110,7 @@ def _name_terminal(data: dict, response: dict) -> bool:
         changed = True
     else:
         changed = False
+    changed = mark_cut_item(response) or changed
     name = TERMINAL_EVENT.get(status) if isinstance(status, str) else None
     if name is not None and name != data.get("type"):
         data["type"] = name

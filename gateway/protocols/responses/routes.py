@@ -49,7 +49,7 @@ from gateway.protocols.common import budget, table
 from gateway.protocols.common.sessions import asked_resume
 from gateway.protocols.responses import chain, quota
 from gateway.protocols.responses.continuation import continuation_for
-from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun
+from gateway.protocols.responses.dialect import ResponsesDialect, ResponsesRun, mark_cut_item
 from gateway.protocols.responses.prepare import RESPONSES_PATH, ResponsesRequest, prepare, read_request
 from gateway.protocols.responses.records.base import ResponseRecords, StoredResponse
 from gateway.protocols.responses.runs import ClientLeft, ResponseRuns
@@ -166,6 +166,7 @@ class ResponsesAPI:
         async def answered(body: bytes) -> bytes:
             response = orjson.loads(body)
             response.update(request.patch)
+            mark_cut_item(response)
             usage = response.get("usage") or {}
             self.core.metrics.count_usage(ctx.key_id, {"prompt_tokens": usage.get("input_tokens"),
                                                        "completion_tokens": usage.get("output_tokens")})

@@ -134,6 +134,26 @@ def test_a_cut_response_ends_with_response_incomplete_as_openai_sends_it():
     assert run.final["status"] == "incomplete"
 
 
+def test_the_item_a_cut_response_was_generating_is_incomplete_too():
+    """vLLM's cut message says ``completed``; OpenAI's says ``incomplete``, as the response does."""
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    done = {"type": "message", "status": "completed", "content": []}
+    last = ev("response.completed", 0, response={**RESPONSE, "status": "incomplete",
+                                                 "incomplete_details": {"reason": "max_output_tokens"},
+                                                 "output": [{"type": "reasoning", "status": "completed"}, done]})
+    data = event_json(split_events(tracker.accept(last))[0])
+    assert [item["status"] for item in data["response"]["output"]] == ["completed", "incomplete"]
+    assert run.final["output"][-1]["status"] == "incomplete"  # (what the response's record keeps)
+    # A response that completed, or was cut for another reason, keeps its items as they are.
+    for status, details in (("completed", None), ("incomplete", {"reason": "content_filter"})):
+        tracker = ResponsesDialect(ResponsesRun("resp_2")).tracker(relay_usage=False, collect_text=False)
+        same = ev("response.completed", 0, response={**RESPONSE, "status": status, "incomplete_details": details,
+                                                     "output": [done]})
+        data = event_json(split_events(tracker.accept(same))[0])
+        assert data["response"]["output"] == [done]
+
+
 def test_the_engines_own_incomplete_reason_is_kept():
     run = ResponsesRun("resp_1")
     tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)

@@ -65,6 +65,7 @@ def test_create_plain_is_stored_and_retrieved_as_answered(sdk, vllm_engine):
     reply = sdk.responses.create(**greedy(vllm_engine, 8))
     assert reply.id.startswith("resp_") and reply.object == "response"
     assert reply.status == "incomplete" and reply.incomplete_details.reason == "max_output_tokens"
+    assert [(item.type, item.status) for item in reply.output] == [("message", "incomplete")]  # the cut message
     assert reply.usage.output_tokens == 8 and reply.output_text
     assert sdk.responses.retrieve(reply.id).model_dump() == reply.model_dump()
 
@@ -94,6 +95,7 @@ def test_stream_has_contiguous_sequence_numbers_and_its_final_object_is_stored(s
     assert events[0].type == "response.created" and events[-1].type == "response.incomplete"
     final = events[-1].response
     assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    assert [(item.type, item.status) for item in final.output] == [("message", "incomplete")]  # the cut message
     assert delta_text(events) == final.output_text and final.usage.output_tokens == 24
     assert sdk.responses.retrieve(final.id).model_dump() == final.model_dump()
     plain = sdk.responses.create(**greedy(vllm_engine, 24))

@@ -99,17 +99,18 @@ class AnthropicMessages:
             await response(request.scope, request.receive, request.send)
             return
 
-        async def count_usage(answer: bytes) -> bytes:
+        async def answered(answer: bytes) -> bytes:
             try:
-                usage = orjson.loads(answer).get("usage") or {}
+                message = orjson.loads(answer)
+                usage = message.get("usage") or {}
             except (orjson.JSONDecodeError, AttributeError):
                 return answer
             core.metrics.count_usage(request.key_id, {"prompt_tokens": usage.get("input_tokens"),
                                                       "completion_tokens": usage.get("output_tokens")})
-            return answer
+            return with_stop_sequence(answer, message)
 
         await relay_json(request, core.relay, "POST", MESSAGES_PATH, body, count_usage=False, route=hints,
-                         on_success=count_usage)
+                         on_success=answered)
 
     async def count_tokens(self, request: RequestContext) -> None:
         raw = await read_body(request.receive)
@@ -122,6 +123,18 @@ class AnthropicMessages:
                           extra=lambda row: {"streams": row.path == MESSAGES_PATH,
                                              "request_schema": MESSAGES_SCHEMA if row.path == MESSAGES_PATH
                                              else COUNT_TOKENS_SCHEMA})
+
+
+def with_stop_sequence(answer: bytes, message: dict) -> bytes:
+    """A non-streamed message with its ``stop_sequence``, null unless a stop sequence ended it.
+
+    Anthropic always sends the member; vLLM drops null members from the answer (its streams
+    keep it). ``message`` is ``answer`` parsed (the usage count reads it already): the member
+    goes first, the rest of the bytes as the engine wrote them, not encoded again.
+    """
+    if "stop_sequence" in message or not message or answer[:1] != b"{":
+        return answer
+    return b'{"stop_sequence":null,' + answer[1:]
 
 
 MESSAGES_SCHEMA = {

@@ -53,6 +53,19 @@ def test_create_answers_what_the_engine_answers(claude, vllm_engine):
     assert message.usage.input_tokens == direct["usage"]["input_tokens"] and message.usage.output_tokens == 8
 
 
+def test_a_plain_answer_always_has_its_stop_sequence(claude, vllm_engine):
+    """Anthropic always sends ``stop_sequence`` (null unless one ended the message); vLLM drops the null."""
+    raw = claude.messages.with_raw_response.create(**greedy(vllm_engine, 12))
+    body, message = raw.http_response.json(), raw.parse()
+    assert body["stop_reason"] == "max_tokens" and "stop_sequence" in body and body["stop_sequence"] is None
+    assert message.content[0].text == body["content"][0]["text"]  # the rest as the engine wrote it
+    words = message.content[0].text.split()
+    assert len(words) > 2, message.content[0].text
+    stop = words[len(words) // 2]  # the greedy answer reaches it: a stop sequence ends it there
+    ended = claude.messages.with_raw_response.create(**greedy(vllm_engine, 12, stop_sequences=[stop])).http_response
+    assert ended.json()["stop_reason"] == "stop_sequence" and ended.json()["stop_sequence"] == stop
+
+
 def test_stream_relays_every_event_intact(claude, gateway_url, vllm_engine):
     with claude.messages.stream(**greedy(vllm_engine, 6)) as stream:
         kinds = [event.type for event in stream]

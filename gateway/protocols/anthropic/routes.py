@@ -5,7 +5,8 @@ as ``x-api-key`` or ``Authorization: Bearer`` (``http.auth``), any ``anthropic-v
 ``anthropic-beta`` header (vLLM reads neither; they are not forwarded), a query string such
 as ``?beta=true`` (the engine path never carries it). The body is read once for what the
 gateway checks itself (``model`` and ``max_tokens`` present and well typed, ``stream`` a
-boolean, numbers within 64 bits), to resolve a model alias and to take out the gateway's own
+boolean, numbers within 64 bits; what vLLM takes and Anthropic refuses: ``temperature``
+outside 0..1), to resolve a model alias and to take out the gateway's own
 ``session_id``; otherwise it reaches vLLM as written. A stream goes through the stream
 backend like an OpenAI chat stream (``dialect``): with sessions on (``SESSION_STORE``) every
 event carries ``id: <session_id>:<index>``, a dropped stream resumes with ``Last-Event-ID``,
@@ -29,6 +30,7 @@ from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object, read_object
+from gateway.protocols.common.sampling import number
 from gateway.protocols.common.sessions import asked_resume, take_session_id
 from gateway.relay.call import StreamCall
 from gateway.relay.unary import relay_json
@@ -52,6 +54,7 @@ class AnthropicMessages:
         if not count_only:
             expect_int(payload, "max_tokens", required=True, minimum=1)
             stream = expect_bool(payload, "stream")
+            _refuse_what_vllm_takes(payload)
             if "session_id" in payload:
                 session_id = take_session_id(payload, stream=stream, resumable=self.core.streams.resumable)
                 changed = True
@@ -125,6 +128,18 @@ class AnthropicMessages:
                                              else COUNT_TOKENS_SCHEMA})
 
 
+TEMPERATURE_RANGE = "temperature: range: 0..1"
+
+
+def _refuse_what_vllm_takes(payload: dict) -> None:
+    """Anthropic's 400 for what vLLM's Messages route accepts: a ``temperature`` outside 0..1 (vLLM
+    takes up to 2), in Anthropic's words. (A ``"role": "system"`` message is Anthropic's
+    mid-conversation system message, which Claude Code sends: it goes to vLLM, which takes it.)"""
+    temperature = payload.get("temperature")
+    if number(temperature) and not 0 <= temperature <= 1:
+        raise GatewayError(400, TEMPERATURE_RANGE, param="temperature")
+
+
 def with_stop_sequence(answer: bytes, message: dict) -> bytes:
     """A non-streamed message with its ``stop_sequence``, null unless a stop sequence ended it.
 
@@ -148,7 +163,7 @@ MESSAGES_SCHEMA = {
         "messages": {"type": "array", "items": {"type": "object"}},
         "system": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
         "stream": {"type": "boolean", "default": False},
-        "temperature": {"type": "number", "minimum": 0},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
         "tools": {"type": "array", "items": {"type": "object"}},
         "metadata": {"type": "object", "properties": {"user_id": {"type": "string"}}},
         "session_id": {"type": "string", "pattern": SESSION_ID_PATTERN,

@@ -239,6 +239,8 @@ def test_a_cancelled_stream_reports_the_tokens_generated_so_far(claude, gateway_
     ('{"model": "qwen3-embedded", "max_tokens": 4, "temperature": "hot", "messages": [{"role": "user", '
      '"content": "x"}]}', "temperature"),
     ('{"model": "qwen3-embedded", "max_tokens": 4, "top_k": 100000000000000000000, "messages": []}', "top_k"),
+    ('{"model": "qwen3-embedded", "max_tokens": 4, "temperature": 1.5, "messages": [{"role": "user", '
+     '"content": "x"}]}', "temperature: range: 0..1"),                                 # vLLM takes it: the gateway
     ('{"model": "qwen3-embedded", "max_tokens": ', "JSON"),
     ('{"model": "qwen3-embedded", "max_tokens": 4, "messages": []}', "messages: at least one message is required"),
     ('{"model": "qwen3-embedded", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "document", '
@@ -247,7 +249,8 @@ def test_a_cancelled_stream_reports_the_tokens_generated_so_far(claude, gateway_
 ])
 def test_bad_input_is_anthropics_400_naming_the_field(gateway_url, body, says):
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
-        if path.endswith("count_tokens") and says in ("max_tokens", "stream", "messages.0.role", "temperature"):
+        if path.endswith("count_tokens") and says in ("max_tokens", "stream", "messages.0.role", "temperature",
+                                                      "temperature: range: 0..1"):
             continue
         answer = httpx.post(gateway_url + path, content=body, headers={"x-api-key": KEY_A,
                                                                         "content-type": "application/json"}, timeout=30)
@@ -255,6 +258,16 @@ def test_bad_input_is_anthropics_400_naming_the_field(gateway_url, body, says):
         payload = answer.json()
         assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error"
         assert says in payload["error"]["message"], payload
+
+
+def test_a_temperature_past_anthropics_range_is_a_bad_request_in_the_sdk(claude, vllm_engine):
+    with pytest.raises(anthropic.BadRequestError) as too_hot:
+        claude.messages.create(model=vllm_engine.model, max_tokens=4, messages=HELLO, extra_body={"temperature": 1.01})
+    assert too_hot.value.body["error"] == {"type": "invalid_request_error", "message": "temperature: range: 0..1"}
+    # Its bounds are Anthropic's range; a mid-conversation "system" message (Claude Code sends one) is taken.
+    with_system = [*HELLO, {"role": "system", "content": "Be brief."}]
+    assert claude.messages.create(model=vllm_engine.model, max_tokens=2, messages=with_system,
+                                  extra_body={"temperature": 1}).usage.output_tokens == 2
 
 
 def test_gateway_side_errors_use_anthropics_envelope(vllm_engine, tmp_path):

@@ -21,17 +21,22 @@ MAX_REASON = 200
 
 
 def refused_value(exc: BaseException) -> str | None:
-    """Why the database cannot take a value of the statement ``exc`` failed, or None if it failed otherwise."""
+    """What to tell the client when the statement ``exc`` failed on a value the database cannot take (the
+    message of the stores' 400s, with the driver's reason), or None if it failed otherwise."""
     if isinstance(exc, UNWRAPPED):
-        return _reason(exc)
+        return _told(exc)
     if isinstance(exc, DBAPIError):
         driver = exc.orig
         if isinstance(exc, DataError) or _sqlstate(driver).startswith(DATA_EXCEPTION_CLASS):
-            return _reason(driver if driver is not None else exc)
+            return _told(driver if driver is not None else exc)
         return None
     if _sqlstate(exc).startswith(DATA_EXCEPTION_CLASS):  # a driver's error, unwrapped
-        return _reason(exc)
+        return _told(exc)
     return None
+
+
+def _told(exc: BaseException) -> str:
+    return f"a value in the request cannot be stored: {_reason(exc)}"
 
 
 def _sqlstate(exc: BaseException | None) -> str:

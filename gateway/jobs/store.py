@@ -34,8 +34,8 @@ class StoreUnavailable(GatewayError):
 class ValueRefused(GatewayError):
     """A value of the request that the database cannot hold: the statement fails on every retry."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(400, f"a value in the request cannot be stored: {reason}", code="invalid_value")
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message, code="invalid_value")
 
 
 class JobsDatabase:
@@ -60,9 +60,9 @@ class JobsDatabase:
             async with self.database.engine.begin() as connection:
                 yield connection
         except Exception as exc:
-            reason = refused_value(exc)
-            if reason is not None:
-                raise ValueRefused(reason) from exc
+            refusal = refused_value(exc)
+            if refusal is not None:
+                raise ValueRefused(refusal) from exc
             if isinstance(exc, SQLAlchemyError):
                 log.warning("the gateway database failed a files, batches or webhooks call: %s", type(exc).__name__)
                 raise StoreUnavailable() from exc

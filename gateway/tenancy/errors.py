@@ -41,9 +41,9 @@ class LimiterUnavailable(TenancyError):
 def from_database(exc: Exception) -> TenancyError | None:
     """What a failed statement means here: a value the database cannot hold, or the database unavailable;
     None for anything else (a bug, or one of this package's own exceptions: let it through)."""
-    reason = refused_value(exc)
-    if reason is not None:
-        return ValueRefused(f"a value in the request cannot be stored: {reason}")
+    refusal = refused_value(exc)
+    if refusal is not None:
+        return ValueRefused(refusal)
     if isinstance(exc, (SQLAlchemyError, OSError)):
         return StoreUnavailable(f"the gateway's database is unavailable ({type(exc).__name__})")
     return None

@@ -1,4 +1,5 @@
-"""The admin API's lists (keys, teams, webhook endpoints): one paging rule, one answer shape.
+"""The admin API's lists (keys, teams, webhook endpoints): one paging rule, one answer shape (also
+the models list's, ``GET /v1/models``: one page, which OpenAI's and Anthropic's SDKs both read).
 
 Ordered by id; ``after`` an id (the page starts after it, whether or not it still exists);
 ``limit`` 1 to ``MAX_LIMIT`` items (``DEFAULT_LIMIT`` when not given); the answer OpenAI's list

@@ -40,6 +40,7 @@ from gateway.engines.errors import EngineTimeout
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext, request_context
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
+from gateway.http.listing import list_json
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.sessions import asked_resume
@@ -143,9 +144,7 @@ class OpenAIRelay:
 
     async def models(self, request: RequestContext) -> None:
         cards = visible_cards(self.core.relay.meter, request.principal, await self._cards())  # a key's models
-        body = orjson.dumps({"object": "list", "data": cards, "has_more": False,  # (Anthropic's page: one)
-                             "first_id": cards[0]["id"] if cards else None,
-                             "last_id": cards[-1]["id"] if cards else None})
+        body = orjson.dumps(list_json(cards, has_more=False))  # (OpenAI's list and Anthropic's page: one)
         await request.send({"type": "http.response.start", "status": 200, "headers": JSON})
         await request.send({"type": "http.response.body", "body": body})
 

@@ -66,6 +66,9 @@ TAGS = ("OpenAI Responses",)
 ONE = "/v1/responses/{response_id}"
 CANCEL = "/v1/responses/{response_id}/cancel"
 JSON = [(b"content-type", b"application/json")]
+EXPIRY_SECONDS = 60.0  # how often responses past RESPONSES_RETENTION_SECONDS are deleted
+
+
 def _error_body(error: GatewayError) -> bytes:
     """OpenAI's envelope; the engine's refusal of an input past the context as OpenAI's own
     (``code: context_length_exceeded``, ``param: input``), which clients switch on (vLLM's has no
@@ -77,7 +80,6 @@ def _error_body(error: GatewayError) -> bytes:
 
 
 RESPONSES_SHAPE = ErrorShape("openai", _error_body, validation_is_400=True)
-EXPIRY_SECONDS = 60.0  # how often responses past RESPONSES_RETENTION_SECONDS are deleted
 
 
 class ResponsesAPI:

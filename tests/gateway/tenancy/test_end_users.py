@@ -134,7 +134,7 @@ async def test_an_end_users_budget_applies_to_the_end_user_not_to_the_app(gatewa
     model = await model_of(gateway)
     # "hi" in one message is bounded at 34 prompt tokens: more than an end user's whole budget of 30.
     refused = await gateway.post(CHAT, json=chat(model, user="carol"), headers=bearer(key))
-    assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota", refused.text
     assert refused.json()["error"]["message"] == "this end user has used its token budget"
     assert refused.headers["x-gateway-budget-limit"] == "30"
     assert (await gateway.post(CHAT, json=chat(model), headers=bearer(key))).status_code == 200  # the app's own

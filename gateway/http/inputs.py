@@ -14,6 +14,7 @@ U+FFFD for what is not UTF-8: no surrogate gets through), ``storable_text`` for 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
@@ -26,23 +27,23 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # what no UTF-8 text can hold
 
 def has_nul(value: Any) -> bool:
     """True if a NUL character hides anywhere in ``value`` (a string, or one inside lists and dicts)."""
-    if isinstance(value, str):
-        return NUL in value
-    if isinstance(value, dict):
-        return any(has_nul(key) or has_nul(item) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(has_nul(item) for item in value)
-    return False
+    return _any_string(value, lambda text: NUL in text)
 
 
 def has_lone_surrogate(value: Any) -> bool:
     """True if a string in ``value`` (or inside its lists and dicts) holds a UTF-16 half on its own."""
+    return _any_string(value, lambda text: LONE_SURROGATE.search(text) is not None)
+
+
+def _any_string(value: Any, test: Callable[[str], bool]) -> bool:
+    """Whether ``test`` holds for ``value`` if it is a string, or for a string inside its lists and dicts
+    (their keys included)."""
     if isinstance(value, str):
-        return LONE_SURROGATE.search(value) is not None
+        return test(value)
     if isinstance(value, dict):
-        return any(has_lone_surrogate(key) or has_lone_surrogate(item) for key, item in value.items())
+        return any(_any_string(key, test) or _any_string(item, test) for key, item in value.items())
     if isinstance(value, (list, tuple)):
-        return any(has_lone_surrogate(item) for item in value)
+        return any(_any_string(item, test) for item in value)
     return False
 
 

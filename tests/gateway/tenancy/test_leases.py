@@ -36,58 +36,52 @@ class Clock:
         return self.now
 
 
-async def test_a_request_longer_than_its_lease_keeps_its_slot_while_renewed():
-    clock = Clock()
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def limiter(clock):
+    """A limiter in process with a 30 s lease, on ``clock``."""
     limiter = Limiter(local=LocalLimits(lease_seconds=30, clock=clock))
-    try:
-        first = await limiter.admit(demand())
-        clock.now += 25
-        assert limiter.renew_leases() == 1
-        clock.now += 25  # 50 s after its admission: past its first lease, within the renewed one
-        with pytest.raises(RateLimited) as refused:
-            await limiter.admit(demand())
-        assert refused.value.reason == "max_concurrency"
-        await limiter.settle(first, 5)
-        assert limiter.renew_leases() == 0  # (settled: nothing left to renew)
-        await limiter.admit(demand())  # its slot is free at once
-    finally:
-        await limiter.close()
+    yield limiter
+    await limiter.close()
 
 
-async def test_without_a_renewal_the_lease_runs_out_as_before():
+async def test_a_request_longer_than_its_lease_keeps_its_slot_while_renewed(limiter, clock):
+    first = await limiter.admit(demand())
+    clock.now += 25
+    assert limiter.renew_leases() == 1
+    clock.now += 25  # 50 s after its admission: past its first lease, within the renewed one
+    with pytest.raises(RateLimited) as refused:
+        await limiter.admit(demand())
+    assert refused.value.reason == "max_concurrency"
+    await limiter.settle(first, 5)
+    assert limiter.renew_leases() == 0  # (settled: nothing left to renew)
+    await limiter.admit(demand())  # its slot is free at once
+
+
+async def test_without_a_renewal_the_lease_runs_out_as_before(limiter, clock):
     """What the renewal is for (and what still frees a dead replica's slots): a lease nobody renews ends."""
-    clock = Clock()
-    limiter = Limiter(local=LocalLimits(lease_seconds=30, clock=clock))
-    try:
-        await limiter.admit(demand())
-        clock.now += 31
-        await limiter.admit(demand())
-    finally:
-        await limiter.close()
+    await limiter.admit(demand())
+    clock.now += 31
+    await limiter.admit(demand())
 
 
-async def test_a_reservation_its_request_dropped_without_settling_is_not_renewed():
-    clock = Clock()
-    limiter = Limiter(local=LocalLimits(lease_seconds=30, clock=clock))
-    try:
-        await limiter.admit(demand())  # (nothing keeps it: as a request whose task died before settling)
-        gc.collect()
-        assert limiter.renew_leases() == 0
-        clock.now += 31
-        await limiter.admit(demand())  # its lease ran out, as before
-    finally:
-        await limiter.close()
+async def test_a_reservation_its_request_dropped_without_settling_is_not_renewed(limiter, clock):
+    await limiter.admit(demand())  # (nothing keeps it: as a request whose task died before settling)
+    gc.collect()
+    assert limiter.renew_leases() == 0
+    clock.now += 31
+    await limiter.admit(demand())  # its lease ran out, as before
 
 
-async def test_only_requests_holding_a_slot_are_renewed():
-    limiter = Limiter(local=LocalLimits())
-    try:
-        held = await limiter.admit(demand())
-        unheld = await limiter.admit(demand("key_b", Limits(rpm=100)))
-        assert limiter.renew_leases() == 1
-        assert held.demand.leases and not unheld.demand.leases
-    finally:
-        await limiter.close()
+async def test_only_requests_holding_a_slot_are_renewed(limiter):
+    held = await limiter.admit(demand())
+    unheld = await limiter.admit(demand("key_b", Limits(rpm=100)))
+    assert limiter.renew_leases() == 1
+    assert held.demand.leases and not unheld.demand.leases
 
 
 async def test_the_limiter_renews_by_itself_every_third_of_a_lease():

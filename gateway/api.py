@@ -55,6 +55,7 @@ from gateway.sessions.ids import (
 )
 from gateway.tenancy.errors import StoreUnavailable
 from gateway.tenancy.ids import KEY_ID
+from gateway.tenancy.resolver import LOOKUP_TIMEOUT_SECONDS
 from gateway.tenancy.store import KeyStore
 
 __all__ = [
@@ -86,9 +87,6 @@ class Feature(Protocol):
         """``{"ready": bool, ...}``: whether the feature can serve now (shown under ``features`` in
         ``/health`` and ``/readyz``; a feature that is not ready leaves ``/readyz`` at 200: the
         gateway still serves, and the feature answers its own routes meanwhile, with 503s)."""
-
-
-KEY_STORE_TIMEOUT_SECONDS = 1.0  # as the key resolver's: slower counts as down
 
 
 class Gateway:
@@ -123,7 +121,7 @@ class Gateway:
         A feature asks before it honours what such a key issued (the marketplace's end-user
         tokens), so removing or revoking the key revokes them too. A database key is read from
         the key store each time (one indexed read; a configured key costs a set look-up); a store
-        that cannot answer within ``KEY_STORE_TIMEOUT_SECONDS`` is a 503, never a guess.
+        that cannot answer within ``LOOKUP_TIMEOUT_SECONDS`` (the key resolver's, for a key not cached) is a 503, never a guess.
         """
         return await self._issuer(key_id) is not None
 
@@ -149,7 +147,7 @@ class Gateway:
         if self._key_store is None or not KEY_ID.match(key_id):
             return None
         try:
-            async with asyncio.timeout(KEY_STORE_TIMEOUT_SECONDS):
+            async with asyncio.timeout(LOOKUP_TIMEOUT_SECONDS):
                 key = await self._key_store.resolve_id(key_id)
         except (StoreUnavailable, TimeoutError):
             raise GatewayError(503, "the key store is unavailable: this key cannot be checked now, retry shortly",

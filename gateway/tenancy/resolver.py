@@ -23,7 +23,12 @@ invalidation: it is checked against the clock at every use.
 When the database cannot be reached: a key already in the cache keeps working (no revocation
 can be committed meanwhile; a replica cut off from a database that others still reach is the
 exception, see docs/keys.md), a token not in the cache gets ``StoreUnavailable`` at once (503),
-without a wait per request. Wrong tokens are cached as unknown too (bounded), so guessing
+without a wait per request. "Cannot be reached" means ``DOWN_AFTER_FAILED_POLLS`` polls in a row
+failed: one poll slower than ``POLL_TIMEOUT_SECONDS`` on a loaded machine (SQLite behind a busy
+writer, a pool briefly empty) is a slow database, not a dead one, and refusing every new key for
+it turned a load spike into 503s. A token not in the cache waits up to ``LOOKUP_TIMEOUT_SECONDS``
+for its lookup for the same reason; a cached key being confirmed waits ``CONFIRM_TIMEOUT_SECONDS``
+and then keeps its cached answer. Wrong tokens are cached as unknown too (bounded), so guessing
 costs no query after the first, and lookups that miss run at most ``LOOKUP_CONCURRENCY`` at once; requests
 presenting the same token at once share one lookup (a new key's first burst makes one query, not one each).
 """
@@ -45,7 +50,10 @@ log = logging.getLogger("gateway.keys")
 
 STALE_AFTER_SECONDS = 1.0  # a cached answer older than this since the last good poll is asked again
 LOOKUP_CONCURRENCY = 16
-STORE_TIMEOUT_SECONDS = 1.0  # a database that answers slower than this counts as down for the call
+CONFIRM_TIMEOUT_SECONDS = 1.0  # a cached key's re-check: slower, and the cached answer stands
+LOOKUP_TIMEOUT_SECONDS = 5.0  # a token not cached: slower, and the request is a 503 (nothing to fall back on)
+POLL_TIMEOUT_SECONDS = 2.0  # a version poll slower than this failed
+DOWN_AFTER_FAILED_POLLS = 2  # failed polls in a row that mark the database down
 _UNKNOWN = object()
 
 
@@ -61,6 +69,7 @@ class KeyResolver:
         self._version: int | None = None
         self._confirmed_at = float("-inf")  # when the last poll succeeded (monotonic)
         self.store_down = False
+        self._failed_polls = 0  # in a row
         self._lookups = asyncio.Semaphore(LOOKUP_CONCURRENCY)
         self._pending: dict[str, asyncio.Future] = {}  # digest -> its lookup under way
         self._poller: asyncio.Task | None = None
@@ -97,7 +106,7 @@ class KeyResolver:
         version = self._version
         async with self._lookups:
             try:
-                async with asyncio.timeout(STORE_TIMEOUT_SECONDS):
+                async with asyncio.timeout(LOOKUP_TIMEOUT_SECONDS if cached is None else CONFIRM_TIMEOUT_SECONDS):
                     key = await self.store.resolve(digest)
             except (StoreUnavailable, TimeoutError):
                 self._poll_from_now()  # (the polls tell when it answers again)
@@ -114,17 +123,21 @@ class KeyResolver:
         return found
 
     async def refresh(self) -> None:
-        """One poll: read the version; a new one drops the cache. Failures mark the store down."""
+        """One poll: read the version; a new one drops the cache. Failed polls in a row mark the store down."""
         try:
-            async with asyncio.timeout(STORE_TIMEOUT_SECONDS):
+            async with asyncio.timeout(POLL_TIMEOUT_SECONDS):
                 version = await self.store.version()
         except (StoreUnavailable, TimeoutError):
+            self._failed_polls += 1
+            self._poll_from_now()
+            if self._failed_polls < DOWN_AFTER_FAILED_POLLS:
+                return
             if not self.store_down:
                 log.warning("the gateway's database is unreachable: known keys keep working from the cache, "
                             "unknown ones are refused (503) until it answers again")
             self.store_down = True
-            self._poll_from_now()
             return
+        self._failed_polls = 0
         if version != self._version:
             self._cache.clear()
             self._version = version

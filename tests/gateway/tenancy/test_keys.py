@@ -197,6 +197,8 @@ async def test_with_the_database_down_known_keys_keep_working_and_unknown_ones_a
     assert await resolver.resolve(known) is key
     store.down = True
     await resolver.refresh()
+    assert not resolver.store_down  # one failed poll is a slow database, not a dead one
+    await resolver.refresh()
     lookups = store.lookups
     assert resolver.store_down and await resolver.resolve(known) is key
     with pytest.raises(StoreUnavailable):
@@ -205,6 +207,43 @@ async def test_with_the_database_down_known_keys_keep_working_and_unknown_ones_a
     store.down = False
     await resolver.refresh()
     assert not resolver.store_down and await resolver.resolve(token("a")) is None
+
+
+async def test_one_slow_poll_and_a_slow_lookup_do_not_refuse_a_new_key(monkeypatch):
+    # Under load one poll can miss its bound and one lookup take seconds: a new key's request
+    # then waits for its lookup, where it used to get a 503 (the database taken for down).
+    from gateway.tenancy import resolver as resolver_module
+    from gateway.tenancy.model import ResolvedKey
+
+    monkeypatch.setattr(resolver_module, "POLL_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr(resolver_module, "CONFIRM_TIMEOUT_SECONDS", 0.05)
+    key = ResolvedKey(id="key_1", name="k", role="read", team=None, models=None, limits=Limits(),
+                      priority="standard", weight=1.0, expires_at=None, secret_expires_at=None)
+    store = FlakyStore(key)
+    resolver = KeyResolver(store)  # type: ignore[arg-type]
+    await resolver.refresh()
+    slow = asyncio.Event()
+    version, resolve = store.version, store.resolve
+
+    async def slow_version():
+        await slow.wait()  # never set: this poll times out
+        return await version()
+
+    store.version = slow_version
+    await resolver.refresh()
+    assert not resolver.store_down
+    store.version = version
+
+    async def slow_resolve(digest):  # slower than a cached key's re-check bound, within a new key's
+        await asyncio.sleep(0.3)  # (a slow database, not a wait for something)
+        return await resolve(digest)
+
+    store.resolve = slow_resolve
+    assert await resolver.resolve(token("0")) is key
+    await resolver.refresh()  # a good poll clears the count: one more failure is again not "down"
+    store.down = True
+    await resolver.refresh()
+    assert not resolver.store_down
 
 
 async def test_wrong_tokens_cost_one_query_each_and_the_cache_stays_bounded():
@@ -275,8 +314,10 @@ async def test_a_replica_not_polling_yet_learns_an_outage_from_a_failed_lookup()
         store.down = True
         with pytest.raises(StoreUnavailable):
             await resolver.resolve(token("a"))
-        assert resolver.polling and len(pollers()) == 1  # its first poll marks the store down...
+        assert resolver.polling and len(pollers()) == 1  # its polls mark the store down...
         await resolver.refresh()
+        await resolver.refresh()
+        assert resolver.store_down
         lookups = store.lookups
         with pytest.raises(StoreUnavailable):  # ...so the next unknown token is a 503 without a query
             await resolver.resolve(token("b"))

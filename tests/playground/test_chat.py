@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 from playwright.async_api import expect
 
 from tests.playground.conftest import ADMIN_KEY, READ_KEY, WAIT, number_in
@@ -108,6 +109,7 @@ async def test_stop_cancels_the_generation_inside_vllm(playground_gateway, open_
             # vLLM's num_requests_running: a starved API server updates its gauges in bursts, and
             # the gauge once read 0 for the whole 90 s of a running generation.)
             await expect(answer.locator(".text")).not_to_have_text("")
+            await expect(page.locator("#chat-stop")).to_be_enabled()  # (still streaming: else say why)
             await page.click("#chat-stop")
             await expect(answer).to_have_attribute("data-ending", "stopped", timeout=WAIT)
             # vLLM aborted it: after a step of the engine's own, nothing runs there any more (a
@@ -167,15 +169,20 @@ async def test_a_reload_mid_stream_continues_where_it_was(playground_gateway, op
 @contextlib.asynccontextmanager
 async def explained(visit, probe: EngineProbe, answers: list[str]):
     """Fail what runs inside with what each side saw: the page's status line, the answer's
-    response head (if any), the session as the gateway has it and the engine's counts."""
+    ending and figures or error, its response head, the session as the gateway has it and the
+    engine's counts. (Playwright's timeouts too: a Stop never enabled once said nothing more.)"""
     page = visit.page
     try:
         yield
-    except AssertionError as failure:
+    except (AssertionError, PlaywrightTimeout) as failure:
         session_id = chat_request(visit)["session_id"]
         async with visit.gateway.client() as client:
             described = await client.get(f"/v1/sessions/{session_id}")
+        answer = last_answer(page)
         raise AssertionError(
             f"at {time.monotonic():.1f}: page status {await page.locator('#chat-status').text_content()!r}; "
+            f"the answer's ending {await answer.get_attribute('data-ending')!r}, "
+            f"{len(await answer.locator('.text').text_content() or '')} characters, "
+            f"its lines {await answer.locator('.stats').all_text_contents()!r}; "
             f"response heads {answers}; the gateway's session {described.status_code} {described.text}; "
             f"engine running {await probe.metric(RUNNING)}, generated {await probe.metric(GENERATED)}") from failure

@@ -154,7 +154,8 @@ class TokenAuthenticator(Protocol):
     ``token_prefix`` and was sent to a path starting with one of ``path_prefixes``; anywhere
     else such a token is an invalid key (401). ``authenticate`` may raise ``GatewayError``
     (a 503 while the feature's database is down). ``kind`` names its tokens in the 401 of one
-    it does not know (``invalid, expired or revoked <kind>``).
+    it does not know (``invalid, expired or revoked <kind>``); optional (it came after the
+    first features were written): without it the 401 says ``token``.
     """
 
     token_prefix: str

@@ -302,7 +302,7 @@ class GatewayMiddleware(StartHook):
             except GatewayError as exc:
                 return None, exc
             if principal is None:
-                return None, GatewayError(401, f"invalid, expired or revoked {authenticator.kind}",
+                return None, GatewayError(401, f"invalid, expired or revoked {getattr(authenticator, 'kind', 'token')}",
                                           code="invalid_api_key", headers={"www-authenticate": "Bearer"})
             return principal, None
         return None, refusal

@@ -123,3 +123,40 @@ def test_an_unusable_database_directory_costs_the_persistence_not_the_start(tmp_
     blocker.write_text("a file where the database's directory should be")
     settings = Settings(api_keys=["k"], database_url=f"sqlite+aiosqlite:///{blocker}/stack.db")
     assert KeyRing.from_settings(settings).authenticate("k").role == "read"
+
+
+class _TokensWithoutKind:
+    """A feature's end-user tokens written against the feature API before ``kind`` existed."""
+
+    token_prefix = "ft-"
+    path_prefixes = ("/feature/",)
+
+    async def authenticate(self, token: str):
+        return None
+
+
+class _FeatureWithOldTokens:
+    name = "old-tokens"
+    router = None
+    token_authenticator = _TokensWithoutKind()
+
+    def __init__(self, gateway) -> None:
+        from pydantic_settings import BaseSettings
+
+        self.settings = BaseSettings()
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def status(self) -> dict:
+        return {"ready": True}
+
+
+async def test_a_features_unknown_token_is_a_401_even_if_its_authenticator_names_no_kind(tmp_path):
+    from tests.support.gateway import serving
+
+    settings = Settings(vllm_base_url="http://127.0.0.1:9", session_store="off", api_keys=["k" * 20],
+                        database_url=f"sqlite+aiosqlite:///{tmp_path}/g.db")
+    async with serving(settings, features={"old-tokens": _FeatureWithOldTokens}) as gateway:
+        answer = await gateway.get("/feature/x", headers={"Authorization": "Bearer ft-unknown"})
+    assert answer.status_code == 401, answer.text  # (was a 500: AttributeError on ``kind``)
+    assert "invalid, expired or revoked token" in answer.text

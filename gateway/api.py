@@ -121,7 +121,8 @@ class Gateway:
         A feature asks before it honours what such a key issued (the marketplace's end-user
         tokens), so removing or revoking the key revokes them too. A database key is read from
         the key store each time (one indexed read; a configured key costs a set look-up); a store
-        that cannot answer within ``LOOKUP_TIMEOUT_SECONDS`` (the key resolver's, for a key not cached) is a 503, never a guess.
+        that cannot answer within ``LOOKUP_TIMEOUT_SECONDS`` (the key resolver's bound for a key
+        not cached) is a 503, never a guess.
         """
         return await self._issuer(key_id) is not None
 

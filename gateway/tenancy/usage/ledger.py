@@ -8,9 +8,12 @@ an upsert that adds to the stored sums, so replicas writing the same row add up.
 Bounded: at most ``USAGE_BUFFER_ROWS`` distinct rows wait in memory. While the database is
 down, the rows stay (aggregated, so a busy key still takes one row per hour and model) and
 are retried at every flush; a record that would need a new row beyond the bound is dropped
-and counted (``dropped``). What a dead database or a killed process can lose: the rows not
-yet written, at most ``USAGE_BUFFER_ROWS`` rows, and in normal operation at most one flush
-interval of usage. No request ever waits on the database for it.
+and counted (``dropped``). A row the database refuses for its values (``database.errors``: a
+data error, which no retry mends) would otherwise hold the whole batch back forever: the batch
+is then written row by row, and only the refused rows are dropped (counted in ``refused``).
+What a dead database or a killed process can lose: the rows not yet written, at most
+``USAGE_BUFFER_ROWS`` rows, and in normal operation at most one flush interval of usage.
+No request ever waits on the database for it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.database.errors import UNWRAPPED, refused_value
 from gateway.database.tables.tenancy import NO_TEAM, NO_USER, usage
 from gateway.tenancy.model import utcnow
 from gateway.tenancy.usage.prices import PriceTable, cost
@@ -46,6 +50,7 @@ class UsageLedger:
         self.max_rows = max_rows
         self.clock = clock
         self.dropped = 0
+        self.refused = 0  # rows the database refused for their values (requests in them)
         self.failed_flushes = 0
         self._pending: dict[tuple, list] = {}
         self._task: asyncio.Task | None = None
@@ -86,13 +91,37 @@ class UsageLedger:
             try:
                 async with asyncio.timeout(FLUSH_TIMEOUT_SECONDS):
                     await self._write(batch)
-            except (SQLAlchemyError, OSError, TimeoutError) as exc:
-                self.failed_flushes += 1
-                self._merge_back(batch)
-                log.warning("usage ledger: %d row(s) not written (%s); kept for the next flush",
-                            len(batch), type(exc).__name__)
+            except (SQLAlchemyError, OSError, TimeoutError, *UNWRAPPED) as exc:
+                if refused_value(exc) is not None:
+                    return await self._write_each(batch)
+                self._failed(batch, exc)
                 return False
             return True
+
+    async def _write_each(self, batch: dict[tuple, list]) -> bool:
+        """A batch with a refused row: each row alone, the refused ones dropped, the rest as usual."""
+        left: dict[tuple, list] = {}
+        for row_key, sums in batch.items():
+            try:
+                async with asyncio.timeout(FLUSH_TIMEOUT_SECONDS):
+                    await self._write({row_key: sums})
+            except (SQLAlchemyError, OSError, TimeoutError, *UNWRAPPED) as exc:
+                reason = refused_value(exc)
+                if reason is None:
+                    left[row_key] = sums
+                    continue
+                self.refused += sums[0]
+                log.warning("usage ledger: a row the database refused was dropped (model %r, route %r): %s",
+                            row_key[4], row_key[5], reason)
+        if left:
+            self._failed(left, None)
+        return not left
+
+    def _failed(self, batch: dict[tuple, list], exc: BaseException | None) -> None:
+        self.failed_flushes += 1
+        self._merge_back(batch)
+        log.warning("usage ledger: %d row(s) not written (%s); kept for the next flush",
+                    len(batch), type(exc).__name__ if exc is not None else "the database failed")
 
     async def _write(self, batch: dict[tuple, list]) -> None:
         rows = [dict(zip(ROW_KEY, key, strict=True)) | dict(zip(SUMS, sums, strict=True))
@@ -138,5 +167,5 @@ class UsageLedger:
             await self.flush()
 
     def status(self) -> dict:
-        return {"pending_rows": len(self._pending), "dropped_records": self.dropped,
+        return {"pending_rows": len(self._pending), "dropped_records": self.dropped, "refused_records": self.refused,
                 "failed_flushes": self.failed_flushes}

@@ -95,6 +95,24 @@ async def test_two_replicas_writing_the_same_row_add_up(engine):
     assert (row["model"], row["requests"], row["completion_tokens"]) == ("m1", 2, 15)
 
 
+async def test_a_row_the_database_refuses_is_dropped_alone_and_the_others_are_written(engine, caplog):
+    # A value no database can hold (a lone surrogate: sqlite3 raises UnicodeEncodeError unwrapped,
+    # asyncpg a DataError) used to fail every flush (the batch kept "for the next flush" forever)
+    # or, unwrapped, to end the ledger's task.
+    clock = Clock()
+    ledger = UsageLedger(engine, clock=clock)
+    record(ledger)
+    record(ledger, model="m\ud800")
+    record(ledger, model="m2")
+    assert await ledger.flush()
+    assert ledger.pending_rows == 0 and ledger.refused == 1 and ledger.failed_flushes == 0
+    models = await usage_report(engine, start=clock.now, end=clock.now, group_by="model")
+    assert {row["model"]: row["requests"] for row in models} == {"m1": 1, "m2": 1}
+    assert "refused was dropped" in caplog.text and "kept for the next flush" not in caplog.text
+    record(ledger)  # and the ledger goes on
+    assert await ledger.flush()
+
+
 async def test_a_dead_database_keeps_the_rows_bounded_and_writes_them_when_it_is_back(tmp_path):
     clock = Clock()
     dead = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing/dir/none.db")  # cannot be opened

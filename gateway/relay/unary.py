@@ -6,8 +6,10 @@ the generation instead of finishing it for nobody. The response starts only when
 engine has answered, so an engine error keeps its HTTP status.
 
 A protocol that must read or change a successful answer before it goes out (store a
-response object, count usage reported in its own field names) passes ``on_success``;
-a body that is not JSON (a multipart upload) passes its ``content_type``.
+response object, count usage reported in its own field names) passes ``on_success``; one
+that must tell the engine's error apart from what it seems (vLLM answers an output it cannot
+convert with a 400, as if the request were wrong) passes ``on_error``; a body that is not JSON
+(a multipart upload) passes its ``content_type``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from gateway.engines.errors import parse_error_body
+from gateway.engines.errors import EngineHTTPError, parse_error_body
 from gateway.engines.routing import RouteHints
 from gateway.failures import Failure
 from gateway.http import queueing
@@ -33,13 +35,15 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 # The engine's successful answer -> the body to send (may raise a Failure: nothing is sent yet).
 SuccessHook = Callable[[bytes], Awaitable[bytes]]
+# The engine's HTTP error -> the failure that answers it (the same one, or what it really is).
+ErrorHook = Callable[[EngineHTTPError], Failure]
 USAGE_MEMBER = b'"usage":{'
 OPEN_BRACE, CLOSE_BRACE, COMMA = ord("{"), ord("}"), ord(",")
 
 
 async def relay_json(request: RequestContext, relay: Relay, method: str, path: str, body: bytes | None, *,
                      count_usage: bool = True, route: RouteHints | None = None, content_type: str | None = None,
-                     on_success: SuccessHook | None = None) -> None:
+                     on_success: SuccessHook | None = None, on_error: ErrorHook | None = None) -> None:
     """Send ``body`` to the engine's ``path`` and answer ``request`` with what it answers."""
     try:
         body = await admit_call(request, relay.meter, path, body, stream=False,  # limits (a refusal raises)
@@ -49,14 +53,14 @@ async def relay_json(request: RequestContext, relay: Relay, method: str, path: s
         raise
     try:
         await _relay(request, relay, method, path, body, count_usage=count_usage, route=route,
-                     content_type=content_type, on_success=on_success)
+                     content_type=content_type, on_success=on_success, on_error=on_error)
     finally:
         await settle_call(request, answered=False)  # (a no-op once settled with the engine's usage)
 
 
 async def _relay(request: RequestContext, relay: Relay, method: str, path: str, body: bytes | None, *,
                  count_usage: bool, route: RouteHints | None, content_type: str | None,
-                 on_success: SuccessHook | None) -> None:
+                 on_success: SuccessHook | None, on_error: ErrorHook | None) -> None:
     metrics = relay.metrics
     task = asyncio.current_task()
     watcher = DisconnectWatcher(request.receive, task.cancel).start()
@@ -84,9 +88,12 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
     usage = _usage_of(answer) if status < 400 else None  # (decoded once, only its usage where that is certain)
     tracing.unary_answered(request, status, answer, path, route, metrics.genai, usage)
     if status >= 400:
-        if status >= 500:
+        error: Failure = parse_error_body(status, answer)
+        if on_error is not None:
+            error = on_error(error)
+        if status >= 500 or not isinstance(error, EngineHTTPError):
             metrics.upstream_errors.labels("engine_error").inc()
-        await send_error(request.error_shape, parse_error_body(status, answer), request.send)
+        await send_error(request.error_shape, error, request.send)
         return
     # Settled with the usage decoded above and the model the route asked for (the name vLLM
     # answers with): the answer is not parsed a second time.

@@ -6,6 +6,13 @@ tokens), ``message_stop``; no ``ping`` (the gateway's keep-alive comments cover 
 no ``[DONE]``. They are relayed as they are: a read of content deltas costs two byte
 searches. Only the message events are decoded (usage per key), and an ``error`` event gets
 Anthropic's type name (vLLM writes ``internal_error``; Anthropic's is ``api_error``).
+
+A request with tools gets a tracker that also reads its ``tool_use`` blocks
+(``common.tool_calls``): input that cannot be an object (its first character is not ``{``)
+ends the stream at once with an ``error`` event instead of the rest of a malformed block;
+input that is not a whole object when its block stops does too, unless the message then
+stops at ``max_tokens`` (a call cut by the limit, relayed as Anthropic relays it). Streams
+without tools keep the byte-search path.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import orjson
 
 from gateway.protocols.anthropic.errors import error_event_data
+from gateway.protocols.common.tool_calls import StreamedArguments
 from gateway.relay.dialect import StreamResult
 from gateway.relay.sse import SEPARATOR, event_json, split_events
 
@@ -20,6 +28,7 @@ MESSAGE_EVENT = b"event: message_"
 ERROR_EVENT = b"event: error\n"
 DELTA_EVENT = b"event: content_block_delta\n"
 STOP_EVENT = b"event: message_stop\n"
+BLOCK_START = b"event: content_block_start\n"
 CANCELLED_STOP_REASON = "cancelled"  # not one of Anthropic's: clients can tell it from end_turn and max_tokens
 
 
@@ -45,17 +54,21 @@ def _count(value: object) -> int:
 
 
 class AnthropicTracker:
-    __slots__ = ("ended", "_collect_text", "_result", "_parts", "_start_usage")
+    __slots__ = ("ended", "_collect_text", "_result", "_parts", "_start_usage", "_tools", "_unfinished")
 
-    def __init__(self, *, collect_text: bool) -> None:
+    def __init__(self, *, collect_text: bool, check_tools: bool = False) -> None:
         self.ended = False
         self._collect_text = collect_text
         self._result = StreamResult()
         self._parts: list[str] = []
         self._start_usage: dict = {}  # message_start's usage: the input tokens, cached ones apart
+        # The open tool_use blocks' input by block index (None: no tools in the request, nothing read).
+        self._tools: dict[int, StreamedArguments] | None = {} if check_tools else None
+        self._unfinished: StreamedArguments | None = None  # a stopped block whose input is no whole object
 
     def accept(self, block: bytes) -> bytes:
-        if not self._collect_text and MESSAGE_EVENT not in block and ERROR_EVENT not in block:
+        if not self._collect_text and MESSAGE_EVENT not in block and ERROR_EVENT not in block \
+                and not (self._tools is not None and (self._tools or BLOCK_START in block)):
             self._result.content_events += block.count(DELTA_EVENT)
             return block
         kept: list[bytes] = []
@@ -65,6 +78,11 @@ class AnthropicTracker:
                 self._result.content_events += 1
                 if self._collect_text:
                     self._read_text(event)
+                if self._tools:
+                    self._read_tool_input(event)
+            elif event.startswith(b"event: content_block_st"):
+                if self._tools is not None:
+                    self._read_block(event)
             elif event.startswith(b"event: message_"):
                 self._read_message_event(event)
             elif event.startswith(b"event: error"):
@@ -77,6 +95,27 @@ class AnthropicTracker:
                 break
         return SEPARATOR.join(kept) + SEPARATOR if changed else block
 
+    def _read_block(self, event: bytes) -> None:
+        """A block's start (a tool_use block's input is read from then on) or stop (its input must be whole)."""
+        data = event_json(event) or {}
+        index = data.get("index")
+        if data.get("type") == "content_block_start":
+            block = data.get("content_block") or {}
+            if block.get("type") == "tool_use" and isinstance(index, int):
+                self._tools[index] = StreamedArguments(block.get("name"))
+        elif data.get("type") == "content_block_stop" and index in self._tools:
+            arguments = self._tools.pop(index)
+            if not arguments.complete():  # a failure unless the message stops at max_tokens (a cut call)
+                self._unfinished = arguments
+
+    def _read_tool_input(self, event: bytes) -> None:
+        data = event_json(event) or {}
+        arguments = self._tools.get(data.get("index"))
+        delta = data.get("delta") or {}
+        if arguments is not None and delta.get("type") == "input_json_delta":
+            if not arguments.add(str(delta.get("partial_json") or "")):
+                raise arguments.failure()  # (the stream ends with the error event: relay.run)
+
     def _read_message_event(self, event: bytes) -> None:
         data = event_json(event) or {}
         kind = data.get("type")
@@ -88,6 +127,8 @@ class AnthropicTracker:
             usage = {key: value for key, value in usage.items() if value} if isinstance(usage, dict) else {}
             self._result.usage = openai_usage(self._start_usage | usage)
             self._result.finish_reason = (data.get("delta") or {}).get("stop_reason")
+            if self._unfinished is not None and self._result.finish_reason != "max_tokens":
+                raise self._unfinished.failure()
         elif kind == "message_stop":
             self.ended = True
 
@@ -116,9 +157,12 @@ class AnthropicTracker:
 class AnthropicDialect:
     name = "anthropic"
 
+    def __init__(self, *, check_tools: bool = False) -> None:
+        self.check_tools = check_tools  # the request has tools: read its tool_use blocks' input
+
     def tracker(self, *, relay_usage: bool, collect_text: bool, count_events: bool = True,
                 finish_reason: bool = False) -> AnthropicTracker:  # (its ending events carry it: read always)
-        return AnthropicTracker(collect_text=collect_text)
+        return AnthropicTracker(collect_text=collect_text, check_tools=self.check_tools)
 
     def error_events(self, message: str, code: str) -> list[bytes]:
         kind = "rate_limit_error" if code in ("insufficient_quota", "rate_limit_exceeded") else "api_error"
@@ -152,3 +196,4 @@ class AnthropicDialect:
 
 
 ANTHROPIC = AnthropicDialect()
+ANTHROPIC_WITH_TOOLS = AnthropicDialect(check_tools=True)

@@ -12,6 +12,10 @@ A prompt the context cannot hold is worded as Anthropic words it, ``prompt is to
 > M maximum`` (or, when the prompt fits but leaves no room for an answer, ``input length and
 `max_tokens` exceed context limit: N + K > M, ...``): clients recognise it by that text (Claude
 Code compacts the conversation on it, and reads the numbers to know by how much).
+
+vLLM answers a non-streamed message it cannot build from the model's output (a tool call whose
+arguments are not a JSON object) with a 400 and the dump of its failure, as if the request were
+wrong: :func:`output_failure` tells it apart and makes it the 502 it is (``common.tool_calls``).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import re
 import orjson
 
 from gateway.engines.errors import EngineHTTPError
+from gateway.failures import Failure
 from gateway.http.errors import ErrorShape, GatewayError
 from gateway.protocols.common.budget import ContextExceeded
+from gateway.protocols.common.tool_calls import invalid_call
 
 ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -38,6 +44,12 @@ ANTHROPIC_TYPES = {
 # One error of pydantic's dump: 'loc': 'body.<field>', 'msg': '...' (or "..." when the text holds a quote).
 _VALIDATION_MSG = re.compile(r"""(?:'loc': '([^']*)', )?'msg': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""")
 _VALIDATION_DUMP = re.compile(r"\d+ validation errors?:")
+# vLLM's Messages route building its answer: a tool_use block whose input is no object (pydantic's
+# words), or arguments that are no JSON at all (json.loads' words; the request was read long before).
+_INPUT_NOT_OBJECT = re.compile(r"validation error for AnthropicContentBlock\ninput\n +Input should be a valid "
+                               r"dictionary \[type=dict_type, input_value=(.*), input_type=\w+\]")
+_ARGUMENTS_NOT_JSON = re.compile(r"(Expecting|Extra data|Unterminated|Invalid control character|Invalid \\escape)"
+                                 r"[^\n]*: line \d+ column \d+ \(char \d+\)")
 
 
 def anthropic_type(status: int) -> str:
@@ -70,6 +82,19 @@ def _context_message(error: ContextExceeded) -> str:
         return f"prompt is too long: {tokens} tokens > {error.context} maximum"
     return (f"input length and `max_tokens` exceed context limit: {error.prompt_tokens} + {error.asked} > "
             f"{error.context}, decrease input length or `max_tokens` and try again")
+
+
+def output_failure(error: EngineHTTPError) -> Failure:
+    """The engine's refusal of a request with tools as what it is: ``error`` itself, or, when vLLM
+    could not build the answer from the model's tool call, the 502 of an invalid tool call."""
+    if error.upstream_status != 400:
+        return error
+    found = _INPUT_NOT_OBJECT.search(error.message)
+    if found is not None:
+        return invalid_call(None, found.group(1))
+    if _ARGUMENTS_NOT_JSON.fullmatch(error.message.strip()):
+        return invalid_call(None, f"not JSON: {error.message.strip()}")
+    return error
 
 
 def error_body(error: GatewayError) -> bytes:

@@ -26,8 +26,8 @@ from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.anthropic.continuation import continuation_for
-from gateway.protocols.anthropic.dialect import ANTHROPIC
-from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE
+from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
+from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, output_failure
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object, read_object
 from gateway.protocols.common.sampling import number
@@ -92,12 +92,13 @@ class AnthropicMessages:
         body, hints, session_id = await self._prepare(payload, raw, request, count_only=False)
         if as_read or body is not raw:  # (the body orjson reads back as the payload: limits and tracing reuse it)
             request.keep_parsed(body, payload)
+        tools = bool(payload.get("tools"))  # (its tool calls are checked: common.tool_calls)
         if payload.get("stream"):
             continuation = None
             if core.streams.resumable and core.engine_state.continues_streams:
                 continuation = continuation_for(payload, path=MESSAGES_PATH, body=body)
-            call = StreamCall(path=MESSAGES_PATH, body=body, dialect=ANTHROPIC, model=hints.model, route=hints,
-                              session_id=session_id, continuation=continuation)
+            call = StreamCall(path=MESSAGES_PATH, body=body, dialect=ANTHROPIC_WITH_TOOLS if tools else ANTHROPIC,
+                              model=hints.model, route=hints, session_id=session_id, continuation=continuation)
             response = await core.streams.stream(call, request)
             await response(request.scope, request.receive, request.send)
             return
@@ -113,7 +114,7 @@ class AnthropicMessages:
             return with_stop_sequence(answer, message)
 
         await relay_json(request, core.relay, "POST", MESSAGES_PATH, body, count_usage=False, route=hints,
-                         on_success=answered)
+                         on_success=answered, on_error=output_failure if tools else None)
 
     async def count_tokens(self, request: RequestContext) -> None:
         raw = await read_body(request.receive)

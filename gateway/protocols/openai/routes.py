@@ -46,6 +46,7 @@ from gateway.protocols.common import budget, table
 from gateway.protocols.common.sessions import asked_resume
 from gateway.protocols.openai import reasoning
 from gateway.protocols.openai.dialect import OPENAI
+from gateway.protocols.openai.forced_tools import FORCED_CALL, check_answer, forces_a_call
 from gateway.protocols.openai.prepare import CHAT_PATH, COMPLETIONS_PATH, PreparedRequest, parse_body, prepare
 from gateway.relay.call import CompletionHook, StreamCall
 from gateway.relay.metering import visible_cards
@@ -92,8 +93,12 @@ class OpenAIRelay:
         prepared = prepare(raw, payload, path=path, engine=engine_state, resumable=core.streams.resumable)
         request.keep_parsed(prepared.body, prepared.payload)  # limits and tracing read it, not parse it again
         if not prepared.stream:
+            on_success = reasoning.answer if path == CHAT_PATH else None
+            if path == CHAT_PATH and forces_a_call(prepared.payload):
+                async def on_success(answer: bytes) -> bytes:
+                    return await reasoning.answer(await check_answer(answer))
             await relay_json(request, core.relay, "POST", prepared.path, prepared.body, route=prepared.route,
-                             on_success=reasoning.answer if path == CHAT_PATH else None)
+                             on_success=on_success)
             return
         if path == CHAT_PATH:
             response = await core.streams.stream(self.stream_call(prepared), request)
@@ -102,7 +107,8 @@ class OpenAIRelay:
         await response(scope, request.receive, request.send)
 
     def stream_call(self, prepared: PreparedRequest, *, on_complete: CompletionHook | None = None) -> StreamCall:
-        return StreamCall(path=prepared.path, body=prepared.body, dialect=OPENAI,
+        forced = prepared.path == CHAT_PATH and forces_a_call(prepared.payload)
+        return StreamCall(path=prepared.path, body=prepared.body, dialect=FORCED_CALL if forced else OPENAI,
                           relay_usage=prepared.client_wants_usage, session_id=prepared.session_id,
                           choices=prepared.choices,
                           model=prepared.payload.get("model") or self.core.engine_state.default_model,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from gateway.engines.errors import parse_error_body
+from gateway.failures import UpstreamFailed
 from gateway.http.errors import GatewayError
-from gateway.protocols.anthropic.dialect import ANTHROPIC
-from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, error_body
+from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
+from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, error_body, output_failure
 from gateway.relay.sse import event_json
 from gateway.tenancy.usage.counts import TokenCounts, counts_of
 
@@ -99,3 +101,56 @@ def test_a_stream_cut_before_message_delta_keeps_its_cached_input():
     tracker.accept(ev("content_block_delta", delta={"type": "text_delta", "text": "some text"}, index=0))
     usage = tracker.result().usage
     assert usage["prompt_tokens"] == 37 and usage["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+def _tool_stream(*pieces: str) -> list[bytes]:
+    start = ev("message_start", message={"usage": {"input_tokens": 5, "output_tokens": 0}})
+    block = ev("content_block_start", index=0, content_block={"type": "tool_use", "id": "t", "name": "f", "input": {}})
+    deltas = [ev("content_block_delta", index=0, delta={"type": "input_json_delta", "partial_json": piece})
+              for piece in pieces]
+    return [start, block, *deltas, ev("content_block_stop", index=0)]
+
+
+def _ending(stop_reason: str) -> bytes:
+    return ev("message_delta", delta={"stop_reason": stop_reason}, usage={"output_tokens": 3}) + ev("message_stop")
+
+
+def test_tool_input_that_opens_with_no_brace_fails_at_once():
+    tracker = ANTHROPIC_WITH_TOOLS.tracker(relay_usage=False, collect_text=False)
+    start, block, blank, number, *_ = _tool_stream(" ", "-6", "21")
+    for events in (start, block, blank):  # white space first decides nothing
+        assert tracker.accept(events) == events
+    with pytest.raises(UpstreamFailed) as raised:
+        tracker.accept(number)
+    assert raised.value.code == "invalid_tool_call" and "tool 'f'" in raised.value.message
+
+
+def test_tool_input_left_unfinished_is_a_failure_unless_the_message_stops_at_max_tokens():
+    for stop_reason, fails in (("max_tokens", False), ("tool_use", True)):
+        tracker = ANTHROPIC_WITH_TOOLS.tracker(relay_usage=False, collect_text=False)
+        for events in _tool_stream('{"city": ', '"Par'):
+            assert tracker.accept(events) == events  # (a cut call's block stops like any other)
+        if fails:
+            with pytest.raises(UpstreamFailed):
+                tracker.accept(_ending(stop_reason))
+        else:
+            assert tracker.accept(_ending(stop_reason)) and tracker.ended
+
+
+def test_a_whole_tool_input_and_an_empty_one_pass_untouched():
+    for pieces in (('{"city": ', '"Paris"}'), ()):
+        tracker = ANTHROPIC_WITH_TOOLS.tracker(relay_usage=False, collect_text=False)
+        for events in [*_tool_stream(*pieces), _ending("tool_use")]:
+            assert tracker.accept(events) is events
+        assert tracker.ended
+
+
+def test_vllms_dump_of_an_answer_it_could_not_build_is_an_invalid_tool_call():
+    dump = ("1 validation error for AnthropicContentBlock\ninput\n  Input should be a valid dictionary "
+            "[type=dict_type, input_value=-621, input_type=int]\n    For further information visit https://x")
+    failure = output_failure(parse_error_body(400, orjson.dumps({"error": {"message": dump}})))
+    assert isinstance(failure, UpstreamFailed) and "('-621')" in failure.message
+    assert orjson.loads(error_body(ANTHROPIC_SHAPE.http(failure)))["error"]["type"] == "api_error"
+    assert ANTHROPIC_SHAPE.http(failure).status == 502
+    other = parse_error_body(400, orjson.dumps({"error": {"message": "messages: Field required"}}))
+    assert output_failure(other) is other  # the request's own fault stays a 400

@@ -1,0 +1,97 @@
+"""What coding agents meet on /v1/messages at the edges, with the anthropic SDK and the real engine.
+
+A forced tool call whose input is no object, a prompt count past the context, a failed tool's
+result, extended thinking on an engine without a reasoning parser. Each test first shows what
+the engine itself does with the request (the case is real), then what the gateway answers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import anthropic
+import httpx
+import orjson
+import pytest
+
+from tests.gateway.protocols.conftest import KEY_A, engine_post, headers
+
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
+WEATHER = {"name": "get_weather", "description": "The weather in a city.",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+ASK = [{"role": "user", "content": "weather in Paris?"}]
+
+
+@pytest.fixture
+def claude(gateway_url) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway_url, api_key=KEY_A, max_retries=0)
+
+
+def forced(engine, tokens: int = 60, **extra) -> dict:
+    """The greedy forced call, as a request body."""
+    return dict(model=engine.model, max_tokens=tokens, messages=ASK, tools=[WEATHER],
+                tool_choice={"type": "tool", "name": "get_weather"}, temperature=0, **extra)
+
+
+def sdk(body: dict) -> dict:
+    """A request body as the SDK's arguments (this SDK takes no ``temperature``: sent as an extra)."""
+    args = {name: value for name, value in body.items() if name not in ("stream", "temperature")}
+    return {**args, "extra_body": {"temperature": body["temperature"]}} if "temperature" in body else args
+
+
+def sse_events(text: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
+        if "data" in lines:
+            events.append((lines.get("event", ""), orjson.loads(lines["data"])))
+    return events
+
+
+def test_the_engine_writes_a_forced_call_whose_input_is_no_object(vllm_engine):
+    """The case the tests below stand on: vLLM 0.32's answer to this greedy forced call."""
+    direct = engine_post(vllm_engine, "/v1/messages", forced(vllm_engine))
+    assert direct.status_code == 400 and "Input should be a valid dictionary" in direct.text, direct.text
+    streamed = sse_events(engine_post(vllm_engine, "/v1/messages", forced(vllm_engine, stream=True)).text)
+    started = [d for k, d in streamed if k == "content_block_start"]
+    assert started and started[0]["content_block"]["type"] == "tool_use"
+    partial = "".join(d["delta"]["partial_json"] for k, d in streamed if k == "content_block_delta")
+    assert not isinstance(orjson.loads(partial), dict), partial  # the engine relays it as a tool_use block
+
+
+def test_a_forced_call_whose_input_is_no_object_is_a_502_api_error(claude, vllm_engine):
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        claude.messages.create(**sdk(forced(vllm_engine)))
+    assert raised.value.status_code == 502
+    error = raised.value.body["error"]
+    assert error["type"] == "api_error"
+    # (the number the engine writes varies: a prefix-cache hit can change a greedy answer on CPU)
+    assert re.search(r"call of a tool has arguments that are not a JSON object \('-?\d+'\)", error["message"]), error
+    assert "validation error" not in error["message"]
+
+
+def test_a_streamed_forced_call_whose_input_is_no_object_ends_with_the_error_event(claude, gateway_url,
+                                                                                  vllm_engine):
+    body = forced(vllm_engine, stream=True)
+    text = httpx.post(gateway_url + "/v1/messages", json=body, headers=headers(), timeout=120).text
+    events = sse_events(text)
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "error", kinds
+    error = events[-1][1]["error"]
+    assert error["type"] == "api_error" and "'get_weather'" in error["message"]
+    assert "not a JSON object" in error["message"], error
+    assert "content_block_stop" not in kinds and "message_stop" not in kinds  # no malformed block completed
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        with claude.messages.stream(**sdk(forced(vllm_engine))) as stream:
+            for _ in stream:
+                pass
+    assert "not a JSON object" in str(raised.value)
+
+
+def test_a_forced_call_cut_by_max_tokens_is_relayed_as_the_engine_answers(claude, vllm_engine):
+    """A call cut by the limit is the client's limit, not an invalid call: the engine's answer, unchanged."""
+    message = claude.messages.create(**sdk(forced(vllm_engine, tokens=12)))
+    direct = engine_post(vllm_engine, "/v1/messages", forced(vllm_engine, tokens=12)).json()
+    assert message.stop_reason == direct["stop_reason"] == "max_tokens"
+    assert [block.model_dump(exclude_none=True) for block in message.content] == direct["content"]

@@ -7,7 +7,9 @@ as ``?beta=true`` (the engine path never carries it). The body is read once for 
 gateway checks itself (``model`` and ``max_tokens`` present and well typed, ``stream`` a
 boolean, numbers within 64 bits; what vLLM takes and Anthropic refuses: ``temperature``
 outside 0..1), to resolve a model alias and to take out the gateway's own
-``session_id``; otherwise it reaches vLLM as written. A stream goes through the stream
+``session_id``, and a thinking budget the engine cannot count becomes adaptive thinking
+(``thinking``); otherwise it reaches vLLM as written. A tool call the engine gets wrong is a
+502 or the stream's ``error`` event (``errors.output_failure``, ``dialect``). A stream goes through the stream
 backend like an OpenAI chat stream (``dialect``): with sessions on (``SESSION_STORE``) every
 event carries ``id: <session_id>:<index>``, a dropped stream resumes with ``Last-Event-ID``,
 ``POST /v1/cancel/{session_id}`` stops it, and a greedy one whose engine dies goes on on
@@ -16,6 +18,8 @@ engine's generation. Every error leaves in Anthropic's envelope (``errors``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import orjson
 
@@ -28,6 +32,7 @@ from gateway.http.raw_routes import RawRoute
 from gateway.protocols.anthropic.continuation import continuation_for
 from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, output_failure
+from gateway.protocols.anthropic.thinking import ThinkingBudgets
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object, read_object
 from gateway.protocols.common.sampling import number
@@ -44,6 +49,7 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 class AnthropicMessages:
     def __init__(self, core: Core) -> None:
         self.core = core
+        self.thinking = ThinkingBudgets()
 
     async def _prepare(self, payload: dict, raw: bytes, request: RequestContext, *,
                        count_only: bool) -> tuple[bytes, RouteHints, str | None]:
@@ -70,6 +76,12 @@ class AnthropicMessages:
         if not count_only and await budget.fit_payload(budget.MESSAGES, payload, body_bytes=len(raw),
                                                        request=request, core=self.core):
             changed = True
+        if not count_only and "thinking" in payload:
+            ask = functools.partial(self.core.engines.post_json, request=request, route=RouteHints(model=model))
+            ignored = await self.thinking.fit(payload, model, ask)
+            if ignored is not None:  # (the engine has no reasoning parser: thinking.py)
+                request.add_response_header(*ignored)
+                changed = True
         body = orjson.dumps(payload) if changed else raw
         metadata = payload.get("metadata")
         user = metadata.get("user_id") if isinstance(metadata, dict) else None

@@ -95,3 +95,39 @@ def test_a_forced_call_cut_by_max_tokens_is_relayed_as_the_engine_answers(claude
     direct = engine_post(vllm_engine, "/v1/messages", forced(vllm_engine, tokens=12)).json()
     assert message.stop_reason == direct["stop_reason"] == "max_tokens"
     assert [block.model_dump(exclude_none=True) for block in message.content] == direct["content"]
+
+
+THINK = {"type": "enabled", "budget_tokens": 1024}
+HELLO = [{"role": "user", "content": "Hello there"}]
+
+
+def test_the_engine_without_a_reasoning_parser_refuses_a_thinking_budget(vllm_engine):
+    body = {"model": vllm_engine.model, "max_tokens": 2048, "messages": HELLO, "thinking": THINK}
+    direct = engine_post(vllm_engine, "/v1/messages", body)
+    assert direct.status_code == 400 and "thinking_token_budget" in direct.text, direct.text
+    streamed = sse_events(engine_post(vllm_engine, "/v1/messages", {**body, "stream": True}).text)
+    assert [kind for kind, _ in streamed] == ["error"], streamed  # a 200 whose only event is the error
+
+
+def test_extended_thinking_with_a_budget_is_answered_as_adaptive_thinking(claude, vllm_engine):
+    """What Claude Code sends when its user turns thinking on: answered, streamed or not, the
+    dropped budget named in a header; the answer is the engine's for ``{"type": "adaptive"}``."""
+    # (a budget must be below max_tokens, and at least 1024, in vLLM as in Anthropic's API)
+    args = dict(model=vllm_engine.model, max_tokens=1025, messages=HELLO, extra_body={"temperature": 0})
+    raw = claude.messages.with_raw_response.create(thinking=THINK, **args)
+    message = raw.parse()
+    assert raw.headers["x-gateway-thinking-budget-ignored"] == "budget_tokens 1024"
+    adaptive = engine_post(vllm_engine, "/v1/messages", {"model": vllm_engine.model, "max_tokens": 1025,
+                                                         "messages": HELLO, "temperature": 0,
+                                                         "thinking": {"type": "adaptive"}}).json()
+    # (not the text itself: on the CPU engine a prefix-cache hit can change a long greedy answer)
+    assert message.stop_reason == adaptive["stop_reason"] and message.usage.output_tokens == adaptive["usage"][
+        "output_tokens"]
+    assert [block.type for block in message.content] == [block["type"] for block in adaptive["content"]]
+    with claude.messages.stream(thinking=THINK, **args) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert stream.response.headers["x-gateway-thinking-budget-ignored"] == "budget_tokens 1024"
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and final.stop_reason == message.stop_reason
+    plain = claude.messages.with_raw_response.create(thinking={"type": "adaptive"}, **args)
+    assert "x-gateway-thinking-budget-ignored" not in plain.headers  # nothing to drop: untouched

@@ -8,8 +8,9 @@ engine has answered, so an engine error keeps its HTTP status.
 A protocol that must read or change a successful answer before it goes out (store a
 response object, count usage reported in its own field names) passes ``on_success``; one
 that must tell the engine's error apart from what it seems (vLLM answers an output it cannot
-convert with a 400, as if the request were wrong) passes ``on_error``; a body that is not JSON
-(a multipart upload) passes its ``content_type``.
+convert with a 400, as if the request were wrong), or answer it another way (a count the
+engine refused, taken from another route), passes ``on_error``; a body that is not JSON (a
+multipart upload) passes its ``content_type``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 # The engine's successful answer -> the body to send (may raise a Failure: nothing is sent yet).
 SuccessHook = Callable[[bytes], Awaitable[bytes]]
-# The engine's HTTP error -> the failure that answers it (the same one, or what it really is).
-ErrorHook = Callable[[EngineHTTPError], Failure]
+# The engine's HTTP error -> the failure that answers it (the same one, or what it really is),
+# or the body of a successful answer that replaces it.
+ErrorHook = Callable[[EngineHTTPError], Awaitable[Failure | bytes]]
 USAGE_MEMBER = b'"usage":{'
 OPEN_BRACE, CLOSE_BRACE, COMMA = ord("{"), ord("}"), ord(",")
 
@@ -88,13 +90,16 @@ async def _relay(request: RequestContext, relay: Relay, method: str, path: str, 
     usage = _usage_of(answer) if status < 400 else None  # (decoded once, only its usage where that is certain)
     tracing.unary_answered(request, status, answer, path, route, metrics.genai, usage)
     if status >= 400:
-        error: Failure = parse_error_body(status, answer)
+        error: Failure | bytes = parse_error_body(status, answer)
         if on_error is not None:
-            error = on_error(error)
-        if status >= 500 or not isinstance(error, EngineHTTPError):
-            metrics.upstream_errors.labels("engine_error").inc()
-        await send_error(request.error_shape, error, request.send)
-        return
+            error = await on_error(error)
+        if isinstance(error, bytes):  # answered another way
+            status, answer = 200, error
+        else:
+            if status >= 500 or not isinstance(error, EngineHTTPError):
+                metrics.upstream_errors.labels("engine_error").inc()
+            await send_error(request.error_shape, error, request.send)
+            return
     # Settled with the usage decoded above and the model the route asked for (the name vLLM
     # answers with): the answer is not parsed a second time.
     await settle_call(request, usage, model=route.model if route is not None else None)

@@ -84,7 +84,7 @@ def _context_message(error: ContextExceeded) -> str:
             f"{error.context}, decrease input length or `max_tokens` and try again")
 
 
-def output_failure(error: EngineHTTPError) -> Failure:
+async def output_failure(error: EngineHTTPError) -> Failure:
     """The engine's refusal of a request with tools as what it is: ``error`` itself, or, when vLLM
     could not build the answer from the model's tool call, the 502 of an invalid tool call."""
     if error.upstream_status != 400:

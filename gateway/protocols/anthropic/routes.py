@@ -24,12 +24,15 @@ import functools
 import orjson
 
 from gateway.core import Core
+from gateway.engines.errors import EngineHTTPError
 from gateway.engines.routing import RouteHints
+from gateway.failures import Failure
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 from gateway.http.raw_routes import RawRoute
 from gateway.protocols.anthropic.continuation import continuation_for
+from gateway.protocols.anthropic.count import count_past_context, past_context
 from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, output_failure
 from gateway.protocols.anthropic.thinking import ThinkingBudgets
@@ -130,8 +133,18 @@ class AnthropicMessages:
 
     async def count_tokens(self, request: RequestContext) -> None:
         raw = await read_body(request.receive)
-        body, hints, _ = await self._prepare(json_object(raw), raw, request, count_only=True)
-        await relay_json(request, self.core.relay, "POST", COUNT_TOKENS_PATH, body, count_usage=False, route=hints)
+        payload = json_object(raw)
+        body, hints, _ = await self._prepare(payload, raw, request, count_only=True)
+
+        async def refused(error: EngineHTTPError) -> Failure | bytes:
+            """A prompt past the context is counted all the same (``count``); any other refusal stays."""
+            if not past_context(error):
+                return error
+            ask = functools.partial(self.core.engines.post_json, request=request, route=hints)
+            return await count_past_context(ask, payload) or error
+
+        await relay_json(request, self.core.relay, "POST", COUNT_TOKENS_PATH, body, count_usage=False, route=hints,
+                         on_error=refused)
 
     def routes(self) -> list[RawRoute]:
         handlers = {("POST", MESSAGES_PATH): self.messages, ("POST", COUNT_TOKENS_PATH): self.count_tokens}

@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.protocols.anthropic.count import chat_messages, chat_tools
 from tests.gateway.protocols.conftest import KEY_A, engine_post, headers
 
 pytestmark = [pytest.mark.integration, pytest.mark.engine]
@@ -131,3 +132,52 @@ def test_extended_thinking_with_a_budget_is_answered_as_adaptive_thinking(claude
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and final.stop_reason == message.stop_reason
     plain = claude.messages.with_raw_response.create(thinking={"type": "adaptive"}, **args)
     assert "x-gateway-thinking-budget-ignored" not in plain.headers  # nothing to drop: untouched
+
+
+def engine_context(engine) -> int:
+    models = httpx.get(engine.base_url + "/v1/models", headers=engine.headers, timeout=30).json()
+    return next(card["max_model_len"] for card in models["data"] if card["id"] == engine.model)
+
+
+def test_count_tokens_counts_a_prompt_longer_than_the_context(claude, vllm_engine):
+    context = engine_context(vllm_engine)
+    long = "hello world " * context  # several tokens a repeat
+    body = {"model": vllm_engine.model, "system": "Be brief.", "messages": [{"role": "user", "content": long}]}
+    refused = engine_post(vllm_engine, "/v1/messages/count_tokens", body)
+    assert refused.status_code == 400 and "maximum context length" in refused.text  # vLLM's: no count
+    # The count of the same prompt as chat messages, from the engine's /tokenize (which checks no length).
+    expected = engine_post(vllm_engine, "/tokenize", {
+        "model": vllm_engine.model, "add_generation_prompt": True,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": long}]}).json()["count"]
+    counted = claude.messages.count_tokens(**body)
+    assert counted.input_tokens == expected > context
+
+
+CONVERSATION = {
+    "system": [{"type": "text", "text": "You are a coding agent."}, {"type": "text", "text": " Be brief."}],
+    "tools": [WEATHER, {"name": "read_file", "description": "Read a file.",
+                        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+    "messages": [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Call the tool.", "signature": "s"},
+                                          {"type": "text", "text": "Let me look."},
+                                          {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "sunny"}, {"type": "text", "text": "21C"}]},
+                                     {"type": "text", "text": "and tomorrow?"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "read_file",
+                                           "input": {"path": "/tmp/x"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "no such file"}]},
+    ],
+}
+
+
+def test_the_count_past_the_context_renders_a_conversation_as_vllms_count(vllm_engine):
+    """The gateway's rendering of a Messages request for /tokenize (used only past the context) counts
+    what vLLM's own count_tokens counts, for a conversation with every kind of block agents send."""
+    body = {"model": vllm_engine.model, **CONVERSATION}
+    theirs = engine_post(vllm_engine, "/v1/messages/count_tokens", body).json()["input_tokens"]
+    ours = engine_post(vllm_engine, "/tokenize", {"model": vllm_engine.model, "add_generation_prompt": True,
+                                                  "messages": chat_messages(body), "tools": chat_tools(body)})
+    assert ours.json()["count"] == theirs

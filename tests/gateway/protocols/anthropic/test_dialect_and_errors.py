@@ -145,12 +145,12 @@ def test_a_whole_tool_input_and_an_empty_one_pass_untouched():
         assert tracker.ended
 
 
-def test_vllms_dump_of_an_answer_it_could_not_build_is_an_invalid_tool_call():
+async def test_vllms_dump_of_an_answer_it_could_not_build_is_an_invalid_tool_call():
     dump = ("1 validation error for AnthropicContentBlock\ninput\n  Input should be a valid dictionary "
             "[type=dict_type, input_value=-621, input_type=int]\n    For further information visit https://x")
-    failure = output_failure(parse_error_body(400, orjson.dumps({"error": {"message": dump}})))
+    failure = await output_failure(parse_error_body(400, orjson.dumps({"error": {"message": dump}})))
     assert isinstance(failure, UpstreamFailed) and "('-621')" in failure.message
     assert orjson.loads(error_body(ANTHROPIC_SHAPE.http(failure)))["error"]["type"] == "api_error"
     assert ANTHROPIC_SHAPE.http(failure).status == 502
     other = parse_error_body(400, orjson.dumps({"error": {"message": "messages: Field required"}}))
-    assert output_failure(other) is other  # the request's own fault stays a 400
+    assert await output_failure(other) is other  # the request's own fault stays a 400

@@ -8,9 +8,10 @@ gateway checks itself (``model`` and ``max_tokens`` present and well typed, ``st
 boolean, numbers within 64 bits; what vLLM takes and Anthropic refuses: ``temperature``
 outside 0..1), to resolve a model alias and to take out the gateway's own
 ``session_id``, and a thinking budget the engine cannot count becomes adaptive thinking
-(``thinking``); otherwise it reaches vLLM as written. A tool call the engine gets wrong is a
-502 or the stream's ``error`` event (``errors.output_failure``, ``dialect``). A stream goes through the stream
-backend like an OpenAI chat stream (``dialect``): with sessions on (``SESSION_STORE``) every
+(``thinking``), and a failed tool's result says so in words (``tool_errors``); otherwise it
+reaches vLLM as written. A tool call the engine gets wrong is a 502 or the stream's ``error``
+event (``errors.output_failure``, ``dialect``). A stream goes through the stream backend like
+an OpenAI chat stream (``dialect``): with sessions on (``SESSION_STORE``) every
 event carries ``id: <session_id>:<index>``, a dropped stream resumes with ``Last-Event-ID``,
 ``POST /v1/cancel/{session_id}`` stops it, and a greedy one whose engine dies goes on on
 another engine (``continuation``); a client that leaves a session nobody named aborts the
@@ -36,6 +37,7 @@ from gateway.protocols.anthropic.count import count_past_context, past_context
 from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
 from gateway.protocols.anthropic.errors import ANTHROPIC_SHAPE, output_failure
 from gateway.protocols.anthropic.thinking import ThinkingBudgets
+from gateway.protocols.anthropic.tool_errors import mark_failed_results
 from gateway.protocols.common import budget, table
 from gateway.protocols.common.body import expect_bool, expect_int, expect_list, expect_str, json_object, read_object
 from gateway.protocols.common.sampling import number
@@ -69,6 +71,8 @@ class AnthropicMessages:
                 changed = True
         if not messages:  # (vLLM's own refusal names no field: "Cannot apply chat template to an empty conversation")
             raise GatewayError(400, "messages: at least one message is required", param="messages")
+        if mark_failed_results(payload, raw):  # is_error, which vLLM drops, in words (tool_errors)
+            changed = True
         engine_state = self.core.engine_state
         if not engine_state.served_models:  # never seen the engine yet: look before refusing
             await engine_state.refresh()

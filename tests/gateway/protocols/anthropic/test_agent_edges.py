@@ -181,3 +181,31 @@ def test_the_count_past_the_context_renders_a_conversation_as_vllms_count(vllm_e
     ours = engine_post(vllm_engine, "/tokenize", {"model": vllm_engine.model, "add_generation_prompt": True,
                                                   "messages": chat_messages(body), "tools": chat_tools(body)})
     assert ours.json()["count"] == theirs
+
+
+FAILED = [
+    {"role": "user", "content": "weather in Paris?"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                       "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
+                                  "content": "ConnectionError: the weather service is down"}]},
+]
+
+
+def test_a_failed_tools_result_reaches_the_model_as_a_failure(claude, vllm_engine):
+    """vLLM drops ``is_error``: the model would read a failure as a result. Through the gateway the
+    tool's message opens with the documented words, as if the client had written them there."""
+    body = {"model": vllm_engine.model, "tools": [WEATHER], "messages": FAILED}
+    as_flag = engine_post(vllm_engine, "/v1/messages/count_tokens", body).json()["input_tokens"]
+    unflagged = [*FAILED[:2], {"role": "user", "content": [{**FAILED[2]["content"][0], "is_error": False}]}]
+    assert engine_post(vllm_engine, "/v1/messages/count_tokens",
+                       {**body, "messages": unflagged}).json()["input_tokens"] == as_flag  # the flag is lost
+    worded = [*FAILED[:2], {"role": "user", "content": [{
+        "type": "tool_result", "tool_use_id": "toolu_1",
+        "content": [{"type": "text", "text": "Error: the tool failed."},
+                    {"type": "text", "text": "ConnectionError: the weather service is down"}]}]}]
+    expected = engine_post(vllm_engine, "/v1/messages/count_tokens", {**body, "messages": worded}).json()
+    assert claude.messages.count_tokens(**body).input_tokens == expected["input_tokens"] > as_flag
+    usage = claude.messages.create(max_tokens=4, **body).usage  # and a generation renders the same prompt
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    assert usage.input_tokens + cached == expected["input_tokens"]

@@ -54,3 +54,8 @@ class TimedOut(Failure):
 
 class UpstreamFailed(Failure):
     """Something the request needed broke the exchange (an engine died, sent garbage, ended a stream early)."""
+
+
+class InvalidOutput(UpstreamFailed):
+    """The engine answered, with output the protocol cannot deliver (a tool call whose arguments are no
+    object); its code says which, in a stream's error event too (``relay.ending``)."""

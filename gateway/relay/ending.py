@@ -11,7 +11,9 @@ event shapes (the dialect writes them; this module decides):
   dialect's *error* ending, with its code;
 - **failed**: the engine died, stalled, refused a continuation, or stopped without its
   terminal event, and no other engine could go on: the dialect's error ending
-  (``stream_interrupted``) with the failure's message.
+  (``stream_interrupted``) with the failure's message; or it streamed output the protocol
+  cannot deliver (``InvalidOutput``, raised by the dialect's tracker): the error ending with
+  that failure's own code (``invalid_tool_call``).
 
 The ``how`` each ending is counted as (``gateway_streams_ended_total``, a session's state)
 is decided here too.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.failures import LimitReached, UpstreamFailed
+from gateway.failures import InvalidOutput, LimitReached, UpstreamFailed
 from gateway.relay.dialect import StreamDialect
 
 # Why the gateway stopped a stream, as its cancelled ending says (``cancel_reason``).
@@ -91,5 +93,6 @@ def ending_of(dialect: StreamDialect, *, completed: bool, stop_reason: str | Non
                                           choices=choices, usage=usage)
         return Ending(STOP_HOW[stop_reason], events)
     message = str(getattr(failure, "message", None) or ENDED_EARLY) if failure is not None else ENDED_EARLY
-    code = failure.code if isinstance(failure, LimitReached) and failure.code else "stream_interrupted"
+    code = failure.code if isinstance(failure, (LimitReached, InvalidOutput)) and failure.code \
+        else "stream_interrupted"
     return Ending("error", dialect.error_events(message, code), message)

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.failures import UpstreamFailed
+from gateway.failures import InvalidOutput
 
 CODE = "invalid_tool_call"
 PREVIEW = 80  # characters of the arguments quoted in the message
 _SPACE = " \t\r\n"
 
 
-def invalid_call(name: object, arguments: str) -> UpstreamFailed:
+def invalid_call(name: object, arguments: str) -> InvalidOutput:
     """The failure that answers a call of tool ``name`` (None: not known) whose ``arguments`` are not a JSON object."""
     preview = arguments if len(arguments) <= PREVIEW else arguments[:PREVIEW] + "..."
     tool = f"tool '{name}'" if name is not None else "a tool"
-    return UpstreamFailed(f"the model's call of {tool} has arguments that are not a JSON object "
+    return InvalidOutput(f"the model's call of {tool} has arguments that are not a JSON object "
                           f"({preview!r}): the inference engine produced an invalid tool call; "
                           "retrying may give a valid one", code=CODE)
 
@@ -72,5 +72,5 @@ class StreamedArguments:
         text = self.text
         return not text.strip(_SPACE) or is_object(text)
 
-    def failure(self) -> UpstreamFailed:
+    def failure(self) -> InvalidOutput:
         return invalid_call(self.name, self.text)

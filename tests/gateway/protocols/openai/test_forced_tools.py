@@ -59,6 +59,7 @@ def test_a_streamed_forced_call_whose_arguments_are_no_object_ends_with_the_erro
                     pieces.append(call.function.arguments or "")
                 assert choice.finish_reason is None  # the call never completes
     assert "call of tool 'get_weather' has arguments that are not a JSON object" in raised.value.message
+    assert raised.value.code == "invalid_tool_call"  # (the same code as the non-streamed 502's)
     assert not "".join(pieces).strip()  # not one character of the malformed arguments went out
 
 

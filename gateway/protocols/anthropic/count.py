@@ -10,21 +10,27 @@ refusal the gateway converts the request the way vLLM's Messages route converts 
 text first, text blocks, ``tool_use`` as tool calls with their JSON input, ``tool_result`` as
 tool messages, thinking as ``reasoning``, tools as functions; images are not counted) and
 answers ``/tokenize``'s count in ``count_tokens``' shape. Prompts that fit keep vLLM's own
-count (one request, as before); the conversion is checked against it on the real engine.
+count (one request, as before); the conversion is checked against it on the real engine. The
+output budget counts a Messages prompt the same way (:data:`MESSAGES`), so a generation whose
+prompt is past the context is refused with its real length.
 Anthropic calls its own count an estimate; this one is exact for text, tools and tool calls.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 
 import orjson
 
 from gateway.engines.errors import EngineError, EngineHTTPError
+from gateway.protocols.common import budget
 
 # vLLM's refusal of a prompt past the context, counted in tokens or (a very long text) in characters.
 PAST_CONTEXT = re.compile(r"maximum context length is \d+ tokens\. However, your prompt contains")
 BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's per-request system block, which vLLM drops
+
+PostJson = Callable[[str, dict], Awaitable[dict]]
 
 
 def past_context(error: EngineHTTPError) -> bool:
@@ -97,8 +103,9 @@ def chat_tools(payload: dict) -> list[dict]:
             for tool in payload.get("tools") or () if isinstance(tool, dict) and "name" in tool]
 
 
-async def count_past_context(post_json, payload: dict) -> bytes | None:
-    """``count_tokens``' answer for a prompt vLLM refused to count; None when ``/tokenize`` cannot count it."""
+async def tokenize_count(post_json: PostJson, payload: dict) -> int | None:
+    """The tokens of the Messages request ``payload`` as vLLM renders it, counted by ``/tokenize`` (no length
+    check); None when the engine cannot count it."""
     request = {"model": payload.get("model"), "messages": chat_messages(payload), "add_generation_prompt": True}
     tools = chat_tools(payload)
     if tools:
@@ -110,6 +117,33 @@ async def count_past_context(post_json, payload: dict) -> bytes | None:
     except EngineError:
         return None
     count = answer.get("count")
-    if not isinstance(count, int) or isinstance(count, bool):
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+async def count_past_context(post_json: PostJson, payload: dict) -> bytes | None:
+    """``count_tokens``' answer for a prompt vLLM refused to count; None when ``/tokenize`` cannot count it."""
+    count = await tokenize_count(post_json, payload)
+    if count is None:
         return None
     return orjson.dumps({"input_tokens": count, "context_management": {"original_input_tokens": count}})
+
+
+def messages_measure(post_json, payload: dict, *, route=None) -> budget.Measure:
+    """The output budget's count of a Messages prompt (``budget.messages_measure``: vLLM's ``count_tokens``),
+    with a prompt past the context counted exactly too: Anthropic's "prompt is too long: N tokens > M
+    maximum" then names its real length, which clients read to know how much to cut, not vLLM's
+    "at least" one token past the context."""
+    engine_count = budget.messages_measure(post_json, payload, route=route)
+
+    async def measure() -> budget.Measured | None:
+        measured = await engine_count()
+        if measured is None or not measured.at_least:
+            return measured
+        count = await tokenize_count(lambda path, body: post_json(path, body, route=route), payload)
+        return budget.Measured(count, measured.context) if count is not None else measured
+
+    return measure
+
+
+# Anthropic's output budget (``budget``): ``max_tokens`` fitted to the context, its prompt counted as above.
+MESSAGES = budget.BudgetRule(("max_tokens",), "messages", messages_measure)

@@ -32,6 +32,7 @@ from gateway.http.body import read_body
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
 from gateway.http.raw_routes import RawRoute
+from gateway.protocols.anthropic import count
 from gateway.protocols.anthropic.continuation import continuation_for
 from gateway.protocols.anthropic.count import count_past_context, past_context
 from gateway.protocols.anthropic.dialect import ANTHROPIC, ANTHROPIC_WITH_TOOLS
@@ -80,7 +81,7 @@ class AnthropicMessages:
         if upstream is not None:
             payload["model"] = model = upstream
             changed = True
-        if not count_only and await budget.fit_payload(budget.MESSAGES, payload, body_bytes=len(raw),
+        if not count_only and await budget.fit_payload(count.MESSAGES, payload, body_bytes=len(raw),
                                                        request=request, core=self.core):
             changed = True
         if not count_only and "thinking" in payload:

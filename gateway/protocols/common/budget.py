@@ -248,7 +248,6 @@ class BudgetRule:
 
 CHAT = BudgetRule(("max_completion_tokens", "max_tokens"), "messages", chat_measure)
 COMPLETIONS = BudgetRule(("max_tokens",), "prompt", completion_measure)
-MESSAGES = BudgetRule(("max_tokens",), "messages", messages_measure)
 RESPONSES = BudgetRule(("max_output_tokens",), "input", responses_measure)
 
 

@@ -209,3 +209,16 @@ def test_a_failed_tools_result_reaches_the_model_as_a_failure(claude, vllm_engin
     usage = claude.messages.create(max_tokens=4, **body).usage  # and a generation renders the same prompt
     cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
     assert usage.input_tokens + cached == expected["input_tokens"]
+
+
+def test_a_generation_past_the_context_names_the_prompts_real_length(claude, vllm_engine):
+    """vLLM stops counting one token past the context ("at least 65537"); clients read the number to
+    know how much to cut, so the gateway's "prompt is too long" names the prompt's real length."""
+    context = engine_context(vllm_engine)
+    long = "hello world " * context
+    expected = engine_post(vllm_engine, "/tokenize", {"model": vllm_engine.model, "add_generation_prompt": True,
+                                                      "messages": [{"role": "user", "content": long}]}).json()
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        claude.messages.create(model=vllm_engine.model, max_tokens=8, messages=[{"role": "user", "content": long}])
+    message = raised.value.body["error"]["message"]
+    assert message == f"prompt is too long: {expected['count']} tokens > {context} maximum", message

@@ -95,8 +95,9 @@ async def test_anthropic_max_tokens_is_lowered_after_count_tokens():
 
 
 @pytest.mark.parametrize(("prompt_tokens", "message"), [
-    # the engine refuses to count a prompt past the context (it stops one token beyond it)
-    (CONTEXT + 5, f"prompt is too long: at least {CONTEXT + 1} tokens > {CONTEXT} maximum"),
+    # the engine's count_tokens refuses a prompt past the context (it stops one token beyond it):
+    # /tokenize counts it, and the message names its real length
+    (CONTEXT + 5, f"prompt is too long: {CONTEXT + 5} tokens > {CONTEXT} maximum"),
     # a prompt that fills the context exactly leaves no room for max_tokens
     (CONTEXT, f"input length and `max_tokens` exceed context limit: {CONTEXT} + 32000 > {CONTEXT}, "
               "decrease input length or `max_tokens` and try again"),

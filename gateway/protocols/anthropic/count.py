@@ -8,7 +8,9 @@ much a conversation is too long (to compact it). vLLM's ``/tokenize`` renders ch
 with the chat template and does not check their length, but takes OpenAI's messages: on that
 refusal the gateway converts the request the way vLLM's Messages route converts it (system
 text first, text blocks, ``tool_use`` as tool calls with their JSON input, ``tool_result`` as
-tool messages, thinking as ``reasoning``, tools as functions; images are not counted) and
+tool messages, thinking as ``reasoning``, tools as functions, system messages inside
+``messages`` joined to the system text as vLLM does for templates that want one; images are
+not counted) and
 answers ``/tokenize``'s count in ``count_tokens``' shape. Prompts that fit keep vLLM's own
 count (one request, as before); the conversion is checked against it on the real engine. The
 output budget counts a Messages prompt the same way (:data:`MESSAGES`), so a generation whose

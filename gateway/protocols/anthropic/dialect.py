@@ -100,19 +100,20 @@ class AnthropicTracker:
         data = event_json(event) or {}
         index = data.get("index")
         if data.get("type") == "content_block_start":
-            block = data.get("content_block") or {}
-            if block.get("type") == "tool_use" and isinstance(index, int):
+            block = data.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(index, int):
                 self._tools[index] = StreamedArguments(block.get("name"))
-        elif data.get("type") == "content_block_stop" and index in self._tools:
+        elif data.get("type") == "content_block_stop" and isinstance(index, int) and index in self._tools:
             arguments = self._tools.pop(index)
             if not arguments.complete():  # a failure unless the message stops at max_tokens (a cut call)
                 self._unfinished = arguments
 
     def _read_tool_input(self, event: bytes) -> None:
         data = event_json(event) or {}
-        arguments = self._tools.get(data.get("index"))
-        delta = data.get("delta") or {}
-        if arguments is not None and delta.get("type") == "input_json_delta":
+        index = data.get("index")
+        arguments = self._tools.get(index) if isinstance(index, int) else None
+        delta = data.get("delta")
+        if arguments is not None and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
             if not arguments.add(str(delta.get("partial_json") or "")):
                 raise arguments.failure()  # (the stream ends with the error event: relay.run)
 

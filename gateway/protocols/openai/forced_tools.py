@@ -35,15 +35,23 @@ async def check_answer(body: bytes) -> bytes:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body
-    for choice in data.get("choices") or () if isinstance(data, dict) else ():
+    for choice in _list(data.get("choices")) if isinstance(data, dict) else ():
         if not isinstance(choice, dict) or choice.get("finish_reason") == CUT:
             continue
-        for call in (choice.get("message") or {}).get("tool_calls") or ():
-            function = call.get("function") or {} if isinstance(call, dict) else {}
+        for call in _list(_dict(choice.get("message")).get("tool_calls")):
+            function = _dict(_dict(call).get("function"))
             if not is_object(function.get("arguments")):
                 arguments = function.get("arguments")
                 raise invalid_call(function.get("name"), arguments if isinstance(arguments, str) else repr(arguments))
     return body
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 class ForcedCallTracker(OpenAITracker):
@@ -63,14 +71,14 @@ class ForcedCallTracker(OpenAITracker):
 
     def _read(self, event: bytes) -> None:
         data = event_json(event)
-        for choice in (data.get("choices") or ()) if isinstance(data, dict) else ():
-            if not isinstance(choice, dict):
+        for choice in _list(data.get("choices")) if isinstance(data, dict) else ():
+            number = _dict(choice).get("index", 0)
+            if not isinstance(number, int):
                 continue
-            number = choice.get("index", 0)
-            for call in (choice.get("delta") or {}).get("tool_calls") or ():
-                if not isinstance(call, dict):
+            for call in _list(_dict(choice.get("delta")).get("tool_calls")):
+                if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
                     continue
-                function = call.get("function") or {}
+                function = _dict(call.get("function"))
                 key = (number, call.get("index", 0))
                 arguments = self._calls.get(key)
                 if arguments is None:

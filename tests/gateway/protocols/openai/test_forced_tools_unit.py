@@ -52,3 +52,18 @@ async def test_a_non_streamed_answer_with_a_cut_call_passes_and_an_invalid_one_f
         assert await check_answer(body) is body
     with pytest.raises(UpstreamFailed):
         await check_answer(answer("-621", "tool_calls"))
+
+
+async def test_chunks_and_answers_of_other_shapes_are_passed_not_crashed_on():
+    tracker = FORCED_CALL.tracker(relay_usage=False, collect_text=False)
+    odd = [{"choices": [{"index": [0], "delta": {"tool_calls": [{"index": 0}]}}]},
+           {"choices": [{"index": 0, "delta": {"tool_calls": ["x", {"index": {}}, {"index": 0, "function": 5}]}}]},
+           {"choices": [{"index": 0, "delta": []}]}, {"choices": "x"}, ["x"]]
+    for data in odd:
+        block = b'data: {"tool_calls":[]}\n\n' if not isinstance(data, dict) else \
+            b"data: " + orjson.dumps(data).replace(b'"choices"', b'"tool_calls":[],"choices"') + b"\n\n"
+        tracker.accept(block)
+    answer = orjson.dumps({"tool_calls": [], "choices": [{"message": [], "finish_reason": "stop"},
+                                                         {"message": {"tool_calls": ["x"]}}]})
+    with pytest.raises(UpstreamFailed):  # a call that is no object at all carries no arguments object
+        await check_answer(answer)

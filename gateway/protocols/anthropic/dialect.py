@@ -12,7 +12,9 @@ A request with tools gets a tracker that also reads its ``tool_use`` blocks
 ends the stream at once with an ``error`` event instead of the rest of a malformed block;
 input that is not a whole object when its block stops does too, unless the message then
 stops at ``max_tokens`` (a call cut by the limit, relayed as Anthropic relays it). Streams
-without tools keep the byte-search path.
+without tools keep the byte-search path; with tools (every Claude Code request) a read of text
+deltas costs one more byte search (measured in process: 0.9 -> 1.6 us a read, on a loaded
+2-core machine) and a tool-input delta is decoded (3.6 us).
 """
 
 from __future__ import annotations

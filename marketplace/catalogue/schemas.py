@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictInt, ValidationInfo, field_validator, model_validator
 
 from marketplace.catalogue import taxonomy
 from marketplace.catalogue.models import (
@@ -129,11 +129,16 @@ class ProductUpdate(Input):
     def _category(cls, value: str | None) -> str | None:
         return None if value is None else _check_category(value)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        # A field validator, so the 422's loc names the field ("body", "price"), not just "body".
+        if value is None:
+            raise ValueError(f"{info.field_name} may not be null (leave it out to keep the current value)")
+        return value
+
     @model_validator(mode="after")
-    def _no_nulls(self) -> "ProductUpdate":
-        for name in self.model_fields_set:
-            if getattr(self, name) is None:
-                raise ValueError(f"{name} may not be null (leave it out to keep the current value)")
+    def _not_empty(self) -> "ProductUpdate":
         if not self.model_fields_set:
             raise ValueError("give at least one field to change")
         return self

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from gateway.config import Settings
+from gateway.http.inputs import has_lone_surrogate
 from gateway.protocols.codegen.extract import code_of, extract_code_blocks
 
 # vLLM treats any temperature below this as greedy decoding (vllm.sampling_params._SAMPLING_EPS)
@@ -25,6 +26,13 @@ Temperature = Annotated[
     float | None, Field(ge=0.0, le=2.0, description="Default: DEFAULT_TEMPERATURE (0.2).")
 ]
 TopP = Annotated[float | None, Field(ge=0.0, le=1.0, description="Default: DEFAULT_TOP_P (0.95).")]
+
+
+def _text(value: str) -> str:
+    """Text the engine can be sent and an answer can echo: JSON's lone ``"\\ud800"`` is no UTF-8."""
+    if has_lone_surrogate(value):
+        raise ValueError("must not contain lone surrogates (\\ud800 to \\udfff): they are no text")
+    return value
 
 
 def _optional_language(value: str | None) -> str | None:
@@ -55,6 +63,7 @@ class GenerateRequest(BaseModel):
     @field_validator("prompt")
     @classmethod
     def _prompt_not_blank(cls, value: str) -> str:
+        _text(value)
         if not value.strip():
             raise ValueError("prompt must not be empty")
         return value  # sent as written: leading/trailing whitespace can matter to a completion
@@ -79,6 +88,8 @@ class GenerateResponse(BaseModel):
 class ChatMessage(BaseModel):
     role: Literal["user", "assistant", "system"]
     content: str
+
+    _content = field_validator("content")(_text)
 
 
 class ChatRequest(BaseModel):
@@ -107,6 +118,8 @@ class ExtractCodeRequest(BaseModel):
     prompt: str = Field(description="The text to extract code from.")
     language: str | None = "python"
     all_blocks: bool = False
+
+    _prompt = field_validator("prompt")(_text)
 
     @field_validator("language")
     @classmethod

@@ -8,6 +8,7 @@ where nothing listens.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -150,9 +151,16 @@ async def test_time_waiting_for_the_engine_is_not_counted_as_gateway_time(tmp_pa
     ("/chat", {"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
     ("/chat", {"messages": "hello"}, "messages"),
     ("/extract-code", {"text": "x"}, "prompt"),
+    # JSON's lone surrogate escapes parse to no UTF-8 text: refused, not a 500 sending or echoing it
+    ("/generate", {"prompt": "def f():\ud800"}, "prompt"),
+    ("/generate/raw", {"prompt": "\udfff"}, "prompt"),
+    ("/chat", {"messages": [{"role": "user", "content": "hi \ud83d"}]}, "messages.0.content"),
+    ("/extract-code", {"prompt": "```python\n\ud800\n```"}, "prompt"),
 ])
 async def test_invalid_input_is_a_422_naming_the_field(gateway, path, body, field):
-    response = await gateway.client.post(path, json=body)
+    # json.dumps escapes a lone surrogate as JSON allows ("\\ud800"), as a JavaScript client sends it
+    response = await gateway.client.post(path, content=json.dumps(body),
+                                         headers={"Content-Type": "application/json"})
     assert response.status_code == 422
     fields = {".".join(str(p) for p in error["loc"][1:]) for error in response.json()["detail"]}
     assert field in fields

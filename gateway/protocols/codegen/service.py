@@ -59,7 +59,7 @@ async def require_engine(*, engine) -> None:
 
 
 def codegen_error(exc: EngineError, *, field: str = "prompt") -> GatewayError:
-    """The contract's error for an engine failure: 503, 504, 502, 500 (engine 5xx) or a 4xx.
+    """The contract's error for an engine failure: 503, 504, 502 (engine 5xx too) or a 4xx.
 
     ``field`` is the request field a too-long-context 400 names.
     """
@@ -68,8 +68,8 @@ def codegen_error(exc: EngineError, *, field: str = "prompt") -> GatewayError:
         message = exc.message.removeprefix("the inference engine failed: ")
         if status == 503:  # the engine says it cannot serve now: retryable, like not ready
             return GatewayError(503, f"{MODEL_NOT_LOADED} ({message})", code="engine_unavailable")
-        if status >= 500:
-            return GatewayError(500, f"Generation failed: {message}", code="engine_error")
+        if status >= 500:  # the engine's failure, not the gateway's: a bad gateway, as on /v1/...
+            return GatewayError(502, f"Generation failed: {message}", code="engine_error")
         if status in (401, 403):  # the gateway's VLLM_API_KEY, not the client, was refused
             return GatewayError(502, f"the inference engine refused the gateway's credentials: {message}")
         if status == 404:  # the engine stopped serving the model between two looks

@@ -181,7 +181,7 @@ async def test_chat_conversation_errors_are_400s(gateway, messages, detail):
     (EngineUnavailable(), 503, MODEL_NOT_LOADED),
     (EngineTimeout(), 504, "Generation timed out"),
     (BadGateway(), 502, "the inference engine sent an invalid response"),
-    (engine_error(500, "boom"), 500, "Generation failed: boom"),
+    (engine_error(500, "boom"), 502, "Generation failed: boom"),
     (engine_error(400, "top_k must be -1", param="top_k"), 400, "The engine refused the request: top_k"),
 ])
 @pytest.mark.parametrize("path", ["/generate", "/generate/raw", "/chat"])

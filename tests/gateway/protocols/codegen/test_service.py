@@ -146,7 +146,7 @@ ERRORS = [
      MODEL_NOT_LOADED + " (the inference engine is unreachable (Connection refused))"),
     (EngineTimeout(), 504, "Generation timed out: the inference engine did not answer in time"),
     (BadGateway("the inference engine closed the connection"), 502, "the inference engine closed the connection"),
-    (engine_error(500, "CUDA error: device-side assert triggered"), 500,
+    (engine_error(500, "CUDA error: device-side assert triggered"), 502,
      "Generation failed: CUDA error: device-side assert triggered"),
     (engine_error(503, "engine is sleeping"), 503, MODEL_NOT_LOADED + " (engine is sleeping)"),
     (engine_error(400, "This model's maximum context length is 8192 tokens. However, your prompt contains "
@@ -251,7 +251,7 @@ async def test_chat_engine_failures_map_like_generation():
     up = upstream(_tokenize=tokenized(40), _v1_chat_completions=engine_error(500, "boom"))
     with pytest.raises(GatewayError) as caught:
         await run_chat(up)
-    assert (caught.value.status, caught.value.message) == (500, "Generation failed: boom")
+    assert (caught.value.status, caught.value.message) == (502, "Generation failed: boom")
 
 
 # --- the reported model and /model-info ----------------------------------------------------

@@ -171,8 +171,8 @@ class Gateway:
             context = None  # (a call for another request than the one being served)
         if context is not None:
             # Admitted and settled like every inference call: limits, the usage ledger (relay.metering).
-            return await MeteredEngines(self._core.engines, self._core.relay.meter).post_json(path, payload,
-                                                                                                request=context)
+            engines = MeteredEngines(self._core.engines, self._core.relay.meter, self._core.relay.flow)
+            return await engines.post_json(path, payload, request=context)  # (and queued: flow control)
         return await self._core.engines.post_json(path, payload, request_id=request_id)
 
     @property

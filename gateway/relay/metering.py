@@ -35,15 +35,18 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.engines.routing import openai_hints
 from gateway.failures import Failure, LimitReached, Unavailable
+from gateway.http import queueing
 from gateway.http.context import RequestContext
 from gateway.http.errors import GatewayError
-from gateway.http.queueing import left_queue
+from gateway.http.queueing import QUEUED_PATHS, left_queue
 from gateway.relay.end_users import EndUsers
 from gateway.relay.refusals import reached_engine
 from gateway.tenancy.errors import LimiterUnavailable
@@ -54,6 +57,7 @@ from gateway.tenancy.limits.model import RateLimited, Reservation
 from gateway.tenancy.usage.counts import NO_TOKENS, TokenCounts, counts_of
 
 if TYPE_CHECKING:
+    from gateway.flow.control import FlowControl
     from gateway.tenancy.limits.limiter import Limiter
     from gateway.tenancy.usage.ledger import UsageLedger
 
@@ -309,11 +313,18 @@ class MeteredSink:
 
 
 class MeteredEngines:
-    """The engine client as the code API and features use it: ``post_json`` admitted and settled here."""
+    """The engine client as the code API and features use it: ``post_json`` admitted, queued, settled here.
 
-    def __init__(self, engines: Any, meter: Meter | None) -> None:
+    A generating call (``queueing.QUEUED_PATHS``) waits its turn in flow control like the relays'
+    (its band, its tenant's share, a free engine slot) and is sent to the grant's engine with its
+    band's priority; without this, ``/generate``, ``/chat`` and a feature's engine calls went
+    straight to the engines past every queued request, whatever their key's band.
+    """
+
+    def __init__(self, engines: Any, meter: Meter | None, flow: FlowControl | None = None) -> None:
         self._engines = engines
         self._meter = meter
+        self._flow = flow
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engines, name)
@@ -321,18 +332,19 @@ class MeteredEngines:
     async def post_json(self, path: str, payload: dict, *, request: RequestContext | None = None,
                         **kwargs: Any) -> dict:
         meter = self._meter
+        queues = self._flow is not None and request is not None and path in QUEUED_PATHS
         if meter is None or request is None or path not in INFERENCE_PATHS:
-            return await self._engines.post_json(path, payload, request=request, **kwargs)
+            return await self._send(path, payload, request, queues, kwargs)
         route = kwargs.get("route")
-        metered = await meter.admit(request, path, None, payload=payload,
+        metered = await meter.admit(request, path, None, payload=payload, queues=queues,
                                     routed_model=route.model if route is not None else None)
         if metered is None:
-            return await self._engines.post_json(path, payload, request=request, **kwargs)
+            return await self._send(path, payload, request, queues, kwargs)
         if metered.lowered is not None:
             payload = dict(payload)
             metered.lowered_payload(payload)
         try:
-            answer = await self._engines.post_json(path, payload, request=request, **kwargs)
+            answer = await self._send(path, payload, request, queues, kwargs)
         except BaseException as exc:
             await metered.settle(answered=False, ran=reached_engine(exc))
             raise
@@ -340,10 +352,32 @@ class MeteredEngines:
                              model=answer.get("model") if isinstance(answer, dict) else payload.get("model"))
         return answer
 
+    async def _send(self, path: str, payload: dict, request: RequestContext | None, queues: bool,
+                    kwargs: dict[str, Any]) -> dict:
+        if not queues:
+            return await self._engines.post_json(path, payload, request=request, **kwargs)
+        route = kwargs.pop("route", None)
+        if route is None:  # (what the engine client would read from the body: the demand needs it first)
+            model = payload.get("model")
+            route = openai_hints(payload, model=model if isinstance(model, str) else None,
+                                 with_prefix=self._engines.router.uses_prefix)
+        started = time.perf_counter()
+        body = orjson.dumps(payload)
+        sent = await queueing.acquire(self._flow, request, path, body, route)
+        request.engine_wait += time.perf_counter() - started  # (the wait is engine time, as on the relays)
+        if sent is not body:  # (it named a band in "priority": the gateway's word, not vLLM's)
+            payload = orjson.loads(sent)
+        answer = None
+        try:
+            answer = await self._engines.post_json(path, payload, request=request, route=route, **kwargs)
+            return answer
+        finally:
+            queueing.release(request, answer.get("usage") if isinstance(answer, dict) else None)
+
 
 def metered(core: Any) -> MeteredEngines:
-    """``core``'s engine client as the code API uses it: limited and recorded."""
-    return MeteredEngines(core.engines, core.relay.meter)
+    """``core``'s engine client as the code API uses it: limited, queued and recorded."""
+    return MeteredEngines(core.engines, core.relay.meter, core.relay.flow)
 
 
 # --- the calls the runner and the relays make -------------------------------------------------------

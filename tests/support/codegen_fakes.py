@@ -8,6 +8,7 @@ writes them (completions, chat completions, ``/tokenize``, error envelopes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -24,7 +25,10 @@ class FakeUpstream:
         self.answers = {path.replace("_", "/"): answer for path, answer in answers.items()}
         self.calls: list[tuple[str, dict, str | None]] = []
 
-    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None) -> dict:
+    router = SimpleNamespace(uses_prefix=False)  # (read to route a request the flow control queues)
+
+    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None,
+                        route=None) -> dict:
         """``request``: the request context the gateway passes (its id is what the engine gets)."""
         self.calls.append((path, payload, request.request_id if request is not None else request_id))
         answer = self.answers[path]

@@ -53,3 +53,23 @@ async def test_an_unknown_band_is_a_400_naming_the_field_in_the_routes_envelope(
 async def test_routes_that_do_not_generate_never_queue(client, fake_engine):
     answer = await client.get("/v1/models", headers={"x-priority": "asap"})
     assert answer.status_code == 200 and "x-queue-wait-ms" not in answer.headers
+
+
+async def test_the_code_api_queues_in_its_band_too(make_settings, fake_engine):
+    # /generate and /chat (and a feature's engine call, through the same MeteredEngines) are generating
+    # requests like /v1/completions: they wait their turn in flow control and carry their band to vLLM.
+    # They went straight to the engine without a priority, ahead of every queued request, whatever their band.
+    async with serving(make_settings(engine_scheduling_policy="priority")) as client:
+        answer = await client.post("/generate", json={"prompt": "def f():", "max_tokens": 4},
+                                   headers={"x-priority": "batch"})
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-queue-wait-ms"] == "0"
+        sent = fake_engine.received[-1]
+        assert sent.path == "/v1/completions" and sent.headers["x-vllm-priority"] == "1"
+        answer = await client.post("/chat", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                                   headers={"x-priority": "interactive"})  # above the key's (standard): not granted
+        assert answer.status_code == 200, answer.text
+        sent = fake_engine.received[-1]
+        assert sent.path == "/v1/chat/completions" and sent.headers["x-vllm-priority"] == "0"
+        answer = await client.post("/generate", json={"prompt": "x", "max_tokens": 4}, headers={"x-priority": "asap"})
+        assert answer.status_code == 400 and "x-priority" in answer.text

@@ -261,7 +261,8 @@ class HangingUpstream(FakeUpstream):
         self.generating = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None) -> dict:
+    async def post_json(self, path: str, payload: dict, *, request=None, request_id: str | None = None,
+                        route=None) -> dict:
         if path == "/tokenize":
             return await super().post_json(path, payload, request=request, request_id=request_id)
         self.generating.set()

@@ -40,6 +40,7 @@ from gateway.http.auth import (
 )
 from gateway.http.context import SCOPE_KEY, current_request, request_context
 from gateway.http.errors import GatewayError
+from gateway.http.queueing import QueueRefusal
 from gateway.protocols.openai.routes import OpenAIRelay
 from gateway.relay.call import CompletionHook
 from gateway.relay.dialect import StreamResult
@@ -61,7 +62,7 @@ from gateway.tenancy.store import KeyStore
 __all__ = [
     "ALEMBIC_LOCK", "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
     "CompletionHook", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
-    "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "SESSION_ID_MAX",
+    "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "QueueRefusal", "SESSION_ID_MAX",
     "SESSION_ID_PATTERN", "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback",
     "ResumePoint", "is_valid_session_id", "last_event_id", "request_id", "resume_point", "sqlite_database",
 ]

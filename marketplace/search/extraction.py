@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.api import BadGateway, EngineHTTPError, EngineTimeout, EngineUnavailable, Gateway
+from gateway.api import BadGateway, EngineHTTPError, EngineTimeout, EngineUnavailable, Gateway, QueueRefusal
 from marketplace import untrusted
 from marketplace.catalogue import taxonomy
 from marketplace.catalogue.models import PRICE_MAX
@@ -154,7 +154,7 @@ async def read_query(*, gateway: Gateway, settings: MarketplaceSettings, query: 
             response = await gateway.post_json(CHAT_PATH, body, request_id=request_id)
     except (TimeoutError, EngineTimeout):
         return failed("timeout", f"no answer within {settings.ai_search_timeout_seconds:g} s")
-    except EngineUnavailable as exc:
+    except (EngineUnavailable, QueueRefusal) as exc:  # (the queue refused: the engines are busy)
         return failed("unavailable", exc.message)
     except (EngineHTTPError, BadGateway) as exc:
         return failed("error", exc.message)

@@ -298,3 +298,24 @@ async def test_the_batch_band_leaves_a_slot_so_an_interactive_request_starts_at_
         # go any time from here, so nothing more is asserted of it.)
         await streams.stop("running-1")
         await streams.stop("later")
+
+
+async def test_the_code_api_waits_in_the_gateway_queue_like_the_openai_routes(priority_engine, tmp_path):
+    """/generate on a saturated engine waits its turn in the gateway, in the band it asks for (it went
+    straight to the engine, past every queued request, whatever its band)."""
+    settings = flow_settings(priority_engine, tmp_path)
+    async with running_gateway(settings) as (base_url, app), httpx.AsyncClient(timeout=DEADLINE) as client, \
+            asyncio.timeout(DEADLINE):
+        streams = Streams(client, base_url, priority_engine)
+        await saturate(streams, app, READ_KEY)
+        code = asyncio.create_task(client.post(f"{base_url}/generate", json={"prompt": "def f():", "max_tokens": 4},
+                                               headers=bearer(READ_KEY) | {"x-priority": "batch"}))
+        await queued(client, base_url, 1, "batch")
+        for name in [name for name in streams.tasks if name.startswith("running-")]:
+            await streams.stop(name)  # slots free: the queued /generate goes
+        answer = await code
+        assert answer.status_code == 200, answer.text
+        assert int(answer.headers["x-queue-wait-ms"]) > 0
+        assert answer.json()["finish_reason"] in ("stop", "length")
+        await streams.tasks["inside"]
+        assert await queue_length(client, base_url) == 0

@@ -19,13 +19,17 @@ from marketplace.search.query import parse_query
 from marketplace.search.schemas import AISearchRequest
 from tests.marketplace.support import (
     READ,
+    WRITE_KEY,
     add_product,
     add_supplier,
     ai_client,
     database_url,
     field_of,
+    make_settings,
+    running_app,
     scripted_engine,
 )
+from tests.support.waiting import until
 
 GAZETTEER = Gazetteer.load()
 BANDUNG = (-6.9175, 107.6191)
@@ -276,3 +280,31 @@ async def test_in_stock_follows_the_request_then_the_query(ai_client, scripted_e
 async def test_bad_ai_search_bodies_are_422(ai_client):
     response = await ai_client.post("/api/products/ai-search", json={"query": "kopi", "in_stock": "yes"}, headers=READ)
     assert response.status_code == 422 and field_of(response) == ["in_stock"]
+
+
+async def test_a_refusal_of_the_flow_control_queue_falls_back_to_the_rules(database_url, scripted_engine):
+    # The engine's reading waits its turn in flow control like any generating call; a queue that refuses
+    # it (here: the key at its max_concurrency, and FLOW_QUEUE_MAX_PER_KEY=0, so it may not wait) is the
+    # engine being busy, which the AI search survives with the rules alone, like an engine that is down.
+    settings = make_settings(database_url=database_url, vllm_base_url=scripted_engine.base_url,
+                             flow_queue_max_per_key=0)
+    async with running_app(settings) as client:
+        made = await client.post("/admin/keys", json={"name": "one at a time", "limits": {"max_concurrency": 1}},
+                                 headers={"Authorization": f"Bearer {WRITE_KEY}"})
+        assert made.status_code == 201, made.text
+        key = {"Authorization": f"Bearer {made.json()['key']}"}
+        scripted_engine.mode = "hang"
+        held = asyncio.create_task(client.post("/v1/chat/completions", headers=key, json={
+            "model": "fake-qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
+        await until(lambda: len(scripted_engine.received) == 1, 20.0, what="the engine holding the key's request")
+        scripted_engine.mode, scripted_engine.answer = "ok", answer(terms=["laptop"])
+        try:
+            response = await client.post("/api/products/ai-search", json={"query": "laptop di bandung"},
+                                         headers=key)
+        finally:
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+    assert response.status_code == 200, response.text
+    assert response.json()["engine"]["status"] == "unavailable"
+    assert "queue" in response.json()["engine"]["detail"]
+    assert len(scripted_engine.received) == 1  # the reading never reached the engine

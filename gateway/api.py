@@ -39,6 +39,7 @@ from gateway.http.auth import (
     principal_of,
 )
 from gateway.http.context import SCOPE_KEY, current_request, request_context
+from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import GatewayError
 from gateway.http.queueing import QueueRefusal
 from gateway.protocols.openai.routes import OpenAIRelay
@@ -65,6 +66,7 @@ __all__ = [
     "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "QueueRefusal", "SESSION_ID_MAX",
     "SESSION_ID_PATTERN", "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback",
     "ResumePoint", "is_valid_session_id", "last_event_id", "request_id", "resume_point", "sqlite_database",
+    "unless_client_leaves",
 ]
 
 

@@ -21,9 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Receive
+
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client left first"; only ever seen in logs
 
 
 def nobody() -> None:
@@ -125,3 +130,22 @@ class DisconnectWatcher:
             return
         with contextlib.suppress(Exception):
             await on_tick()
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T | Response:
+    """Await ``work``, cancelling it if the client disconnects first (then a 499 nobody reads).
+
+    Cancelling closes the engine request, and vLLM aborts the generation instead of finishing
+    it for nobody; a request still waiting in flow control's queue leaves it.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = DisconnectWatcher(request.receive, task.cancel).start()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.disconnected:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        task.cancel()
+        raise
+    finally:
+        watcher.stop()

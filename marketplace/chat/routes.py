@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from gateway.api import UserDataDep, last_event_id, request_id
+from gateway.api import UserDataDep, last_event_id, request_id, unless_client_leaves
 from marketplace.chat import conversations, service
 from marketplace.chat.schemas import ChatOut, ChatRequest, ConversationOut, MessageOut
 from marketplace.chat.streaming import resume_conversation_stream, stream_chat
@@ -44,7 +44,11 @@ async def chat_message(
     )
     if body.stream:
         return await stream_chat(gateway=gateway, http_request=request, **options)
-    outcome = await service.chat(upstream=gateway, request_id=request_id(request), **options)
+    # A client that leaves cancels the work: vLLM aborts the generation, a queued one leaves the queue.
+    outcome = await unless_client_leaves(request, service.chat(upstream=gateway, request_id=request_id(request),
+                                                               **options))
+    if isinstance(outcome, Response):  # (the client left: nobody reads it)
+        return outcome
     return ChatOut(
         answer=outcome.answer.text,
         products=[hit_out(hit) for hit in outcome.plan.hits],

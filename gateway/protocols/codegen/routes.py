@@ -5,17 +5,14 @@ Errors leave as ``{"detail": ...}`` (the app's handlers), the shape Stack 2.9 cl
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response
 
 from gateway.core import Core
 from gateway.http.auth import PrincipalDep
 from gateway.http.context import request_context
-from gateway.http.disconnect import DisconnectWatcher
+from gateway.http.disconnect import unless_client_leaves
 from gateway.protocols.codegen import service
 from gateway.protocols.codegen.protocol import (
     ChatRequest,
@@ -28,28 +25,6 @@ from gateway.protocols.codegen.protocol import (
     extract_code_response,
 )
 from gateway.relay.metering import metered
-
-T = TypeVar("T")
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client left first"; only ever seen in logs
-
-
-async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T | Response:
-    """Await ``work``, cancelling it if the client disconnects first.
-
-    Cancelling closes the engine request, and vLLM aborts the generation instead of
-    finishing it for nobody.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = DisconnectWatcher(request.receive, task.cancel).start()
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if watcher.disconnected:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        task.cancel()
-        raise
-    finally:
-        watcher.stop()
 
 
 def codegen_router(core: Core) -> APIRouter:

@@ -25,6 +25,7 @@ from tests.marketplace.support import (
     settings,
 )
 from tests.support.fake_engine import running_fake_engine
+from tests.support.waiting import until
 
 SURABAYA = (-7.2575, 112.7521)
 
@@ -274,3 +275,35 @@ async def test_the_engine_call_of_a_chat_is_in_the_usage_ledger_under_api_chat(c
     (row,) = [row for row in rows if row["route"] == "/api/chat"]
     # The fake engine answers every completion with 5 prompt tokens and max_tokens (8) completion tokens.
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (1, 5, 8)
+
+
+async def test_a_client_that_leaves_a_chat_cancels_its_engine_request(client, fake_engine):
+    # As on /generate and /v1/chat/completions: vLLM aborts the generation instead of finishing it for
+    # nobody (the non-streamed /api/chat went on waiting for the engine after its client had left).
+    user = await add_user(client, location={"lat": JAKARTA[0], "lng": JAKARTA[1]})
+    fake_engine.mode = "hang"
+    payload = json.dumps({"user_id": user["id"], "message": "laptop gaming"}).encode()
+    client_left = asyncio.Event()
+    inbox = [{"type": "http.request", "body": payload, "more_body": False}]
+
+    async def receive() -> dict:
+        if inbox:
+            return inbox.pop(0)
+        await client_left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        pass
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+               *((name.lower().encode(), value.encode()) for name, value in APP.items())]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/api/chat", "raw_path": b"/api/chat", "query_string": b"",
+             "root_path": "", "server": ("gateway", 80), "client": ("127.0.0.1", 5000), "headers": headers}
+    call = asyncio.create_task(client.app(scope, receive, send))
+    await until(lambda: any(r.path == "/v1/chat/completions" for r in fake_engine.received), 10.0,
+                what="the chat's engine request")
+    client_left.set()
+    await asyncio.wait_for(fake_engine.request_aborted.wait(), 10)
+    await asyncio.wait_for(call, 10)
+    assert await count_rows(client, "messages") == 0  # nothing answered, nothing stored

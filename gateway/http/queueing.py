@@ -117,7 +117,7 @@ async def acquire(flow: FlowControl | None, request: RequestContext, path: str, 
     when it named a band in ``priority`` (vLLM refuses a string there).
     """
     if flow is None or path not in QUEUED_PATHS:
-        return body
+        return _without_engine_priority(body) if path in QUEUED_PATHS else body
     held = request.get(Queued)
     if held is not None and not held.grant.released:  # already holds one (a continuation opens again)
         return body
@@ -183,7 +183,29 @@ def _band(flow: FlowControl, request: RequestContext, body: bytes | None, band: 
         bands.named(BODY_FIELD, payload[BODY_FIELD])  # a bad name is a 400 even when the header decided
         del payload[BODY_FIELD]  # a band name is the gateway's; vLLM's field is an integer
         body = orjson.dumps(payload)
+    elif payload is not None and isinstance(payload.get(BODY_FIELD), int):
+        del payload[BODY_FIELD]  # vLLM's own: never relayed as sent (below)
+        body = orjson.dumps(payload)
     return chosen, body
+
+
+def _without_engine_priority(body: bytes | None) -> bytes | None:
+    """``body`` without vLLM's integer ``priority``: only the gateway sets it (``X-Vllm-Priority``, by band).
+
+    Relayed as sent, it let a client jump the queue of an engine on the priority scheduler whenever
+    the gateway sent no header of its own (``FLOW_CONTROL=false``, or ``ENGINE_SCHEDULING_POLICY``
+    left at ``fcfs`` in front of such engines).
+    """
+    if not body or b'"priority"' not in body:
+        return body
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(payload, dict) or not isinstance(payload.get(BODY_FIELD), int):
+        return body
+    del payload[BODY_FIELD]
+    return orjson.dumps(payload)
 
 
 # --- at the engine client ---------------------------------------------------------------------

@@ -73,3 +73,18 @@ async def test_the_code_api_queues_in_its_band_too(make_settings, fake_engine):
         assert sent.path == "/v1/chat/completions" and sent.headers["x-vllm-priority"] == "0"
         answer = await client.post("/generate", json={"prompt": "x", "max_tokens": 4}, headers={"x-priority": "asap"})
         assert answer.status_code == 400 and "x-priority" in answer.text
+
+
+@pytest.mark.parametrize("settings", [dict(flow_control=False, engine_scheduling_policy="priority"),
+                                      dict(engine_scheduling_policy="fcfs"),
+                                      dict(engine_scheduling_policy="priority")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_clients_integer_priority_never_reaches_vllm(make_settings, fake_engine, settings, stream):
+    # vLLM's own field: relayed as sent, it let a client jump an engine's priority queue whenever the gateway
+    # sent no X-Vllm-Priority of its own (flow control off, or the gateway told fcfs).
+    async with serving(make_settings(**settings)) as client:
+        answer = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream, "priority": -100})
+        assert answer.status_code == 200, answer.text
+        sent = fake_engine.received[-1]
+        assert "priority" not in sent.json and sent.json["messages"] == CHAT["messages"]
+        assert sent.headers.get("x-vllm-priority") in (None, "0")

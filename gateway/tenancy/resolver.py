@@ -104,15 +104,19 @@ class KeyResolver:
 
     async def _lookup(self, digest: str, cached: object | None) -> object:
         version = self._version
-        async with self._lookups:
-            try:
-                async with asyncio.timeout(LOOKUP_TIMEOUT_SECONDS if cached is None else CONFIRM_TIMEOUT_SECONDS):
+        try:
+            # One bound for the wait for a lookup slot and the lookup: with the database hanging,
+            # the lookups ahead hold every slot, and a wait per slot would add up.
+            async with asyncio.timeout(LOOKUP_TIMEOUT_SECONDS if cached is None else CONFIRM_TIMEOUT_SECONDS):
+                async with self._lookups:
+                    if self.store_down and cached is None:  # (found down while this one waited)
+                        raise StoreUnavailable("down")
                     key = await self.store.resolve(digest)
-            except (StoreUnavailable, TimeoutError):
-                self._poll_from_now()  # (the polls tell when it answers again)
-                if cached is not None:
-                    return cached
-                raise StoreUnavailable("the gateway's database is unavailable: this key cannot be checked now")
+        except (StoreUnavailable, TimeoutError):
+            self._poll_from_now()  # (the polls tell when it answers again)
+            if cached is not None:
+                return cached
+            raise StoreUnavailable("the gateway's database is unavailable: this key cannot be checked now") from None
         if key is not None:
             self._poll_from_now()  # a key is cached from now on: its revocation must reach this replica
         found = _UNKNOWN if key is None else key

@@ -294,13 +294,39 @@ class BatchStore:
         async with self.db.begin() as connection:
             if not (await connection.execute(sa.select(batches.c.id).where(self._held(batch_id, epoch)))).first():
                 return 0
-            settled = (await connection.execute(sa.update(batch_lines).where(
-                batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING).values(
-                state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
-                finished_at=time.time()))).rowcount
-            if settled:
-                await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
-                    failed=batches.c.failed + settled))
+            return await self._settle_pending(connection, batch_id, outcome, status_code=status_code,
+                                              response=response, error=error)
+
+    async def stop_running(self, batch_id: str, epoch: int, *, ended_as: str, outcome: str,
+                           errors: list | None = None, status_code: int | None = None, response: str | None = None,
+                           error: str | None = None) -> bool:
+        """The batch, ``in_progress`` on its way to no end yet, now ending as ``ended_as`` (its window
+        ran out, its key was refused), and its lines not started ``outcome``: one transaction, so a
+        cancel (``cancel``: only while ``ended_as`` is unset) either comes first and this does nothing,
+        or comes after and is refused. Between two transactions a cancel could land after the lines
+        were settled and turn an expired batch into a cancelled one. False if it was no longer so."""
+        values: dict = {"ended_as": ended_as}
+        if errors is not None:
+            values["errors"] = orjson.dumps(errors).decode()
+        async with self.db.begin() as connection:
+            if not (await connection.execute(sa.update(batches).where(
+                    self._held(batch_id, epoch), batches.c.status == "in_progress",
+                    batches.c.ended_as.is_(None)).values(**values))).rowcount:
+                return False
+            await self._settle_pending(connection, batch_id, outcome, status_code=status_code, response=response,
+                                       error=error)
+        return True
+
+    @staticmethod
+    async def _settle_pending(connection: AsyncConnection, batch_id: str, outcome: str, *, status_code: int | None,
+                              response: str | None, error: str | None) -> int:
+        settled = (await connection.execute(sa.update(batch_lines).where(
+            batch_lines.c.batch_id == batch_id, batch_lines.c.state == PENDING).values(
+            state=DONE, outcome=outcome, status_code=status_code, response=response, error=error,
+            finished_at=time.time()))).rowcount
+        if settled:
+            await connection.execute(sa.update(batches).where(batches.c.id == batch_id).values(
+                failed=batches.c.failed + settled))
         return settled
 
     async def unfinished(self, batch_id: str) -> int:

@@ -246,9 +246,10 @@ class BatchWorker:
     # --- running -----------------------------------------------------------------------------
     async def _progress(self, record: BatchRecord, epoch: int) -> None:
         if record.ended_as is None and time.time() >= record.expires_at:
+            # (one transaction with the lines: a cancel lands wholly before it, which wins, or after)
+            if not await self.store.stop_running(record.id, epoch, ended_as=EXPIRED, outcome=LINE_EXPIRED):
+                return  # cancelled (or taken over) meanwhile: the next step ends it so
             self._stop(record.id, expired)
-            await self.store.settle_pending(record.id, epoch, LINE_EXPIRED)
-            await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=EXPIRED)
             record.ended_as = EXPIRED
         if record.ended_as is None:
             free = self.settings.batch_concurrency - self.running
@@ -310,13 +311,12 @@ class BatchWorker:
         stop, _ = self.stops.get(record.id, (None, None))
         if stop is not None and stop.is_set():
             return  # already stopped (by another of its lines, a cancel, the window)
-        self._stop(record.id, lambda run: refused(run, refusal))
         problem = {"code": refusal.code, "message": refusal.message, "param": None, "line": None}
-        await self.store.transition(record.id, epoch, only_from=(IN_PROGRESS,), ended_as=FAILED, errors=[problem])
         line = refused_line(record.endpoint, refusal)
-        await self.store.settle_pending(record.id, epoch, ERRORED, status_code=line.status_code,
-                                        response=orjson.dumps(line.body).decode(),
-                                        error=orjson.dumps(line.error).decode())
+        if await self.store.stop_running(record.id, epoch, ended_as=FAILED, outcome=ERRORED, errors=[problem],
+                                         status_code=line.status_code, response=orjson.dumps(line.body).decode(),
+                                         error=orjson.dumps(line.error).decode()):
+            self._stop(record.id, lambda run: refused(run, refusal))  # (else a cancel or the window came first)
         self.wake.set()
 
     def _takes_more(self, record: BatchRecord, epoch: int) -> bool:

@@ -45,6 +45,11 @@ def framed_block(prefix: bytes, index: int, block: bytes) -> bytes:
     return b"%s%d\n%s" % (prefix, index, block)
 
 
+def unframed(framed: bytes) -> bytes:
+    """A frame as its event was written (``event:``/``data:`` lines and its blank line), without its ``id:`` line."""
+    return framed[framed.index(b"\n") + 1:] if framed.startswith(b"id: ") else framed
+
+
 def split_frames(blob: bytes) -> list[bytes]:
     """Frames back to back -> one bytes per frame (JSON never holds a raw blank line)."""
     return [part + SEPARATOR for part in blob.split(SEPARATOR)[:-1]]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from gateway.config import Settings
 from gateway.relay.dialect import StreamDialect
 from gateway.relay.ending import CANCEL_REQUEST
-from gateway.sessions.frames import frames, id_prefix
+from gateway.sessions.frames import frames, id_prefix, unframed
 from gateway.sessions.generation import Generation
 from gateway.sessions.replies import unknown
 from gateway.sessions.store.base import DEFAULT_DIALECT, SessionStore, StoredSession
@@ -124,10 +124,26 @@ class Persistence:
         events = self.dialect_for(dialect, session_id, index).error_events(message, "producer_lost")
         return frames(id_prefix(session_id), index, events)
 
-    def cancelled_ending(self, session_id: str, index: int,
-                         dialect: str = DEFAULT_DIALECT) -> tuple[str, list[bytes]]:
+    def cancelled_ending(self, session_id: str, index: int, dialect: str = DEFAULT_DIALECT, *,
+                         usage: dict | None = None) -> tuple[str, list[bytes]]:
+        """``usage``: what the generation used, read from its stored events (:meth:`generated_usage`)."""
         # (The stream's first event is not at hand here: b"" says it went out, if any did.)
         events = self.dialect_for(dialect, session_id, index).cancelled_events(
             first_event=b"" if index else None, reason=CANCEL_REQUEST, run_id=session_id,
-            model=self.default_model(), choices=1)
+            model=self.default_model(), choices=1, usage=usage)
         return "cancelled", frames(id_prefix(session_id), index, events)
+
+    async def generated_usage(self, record: StoredSession) -> dict | None:
+        """What a stored generation used, counted from its stored events by its dialect's tracker, as
+        its producer counts what it relays (``StreamResult.counted_usage``): the ending written for it
+        elsewhere reports the tokens it generated, not none."""
+        tracker = self.dialect_for(record.dialect, record.session_id, 0).tracker(relay_usage=False,
+                                                                                 collect_text=False)
+        index = 0
+        while not tracker.ended:
+            stored = await self.store.read_frames(record.gen_id, index)
+            if not stored:
+                break
+            tracker.accept(b"".join(unframed(framed) for framed in stored))
+            index += len(stored)
+        return tracker.result().counted_usage()

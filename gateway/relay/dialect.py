@@ -65,6 +65,10 @@ class StreamTracker(Protocol):
 
     def result(self) -> StreamResult: ...
 
+    # Optional: ``rewind(delivered: int)``, for a tracker that holds an event back until the next one
+    # (the Responses API's last ``response.output_item.done``): the stream goes on on another engine
+    # after the ``delivered`` events clients have (``relay.switch``), so a held event is dropped.
+
 
 class StreamDialect(Protocol):
     name: str

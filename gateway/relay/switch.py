@@ -139,4 +139,7 @@ class Switches:
                            "events_sent": len(delivered)})
         if run.stop_reason is not None:  # stopped while the new engine was answering
             new.close()
+        rewind = getattr(run.tracker, "rewind", None)
+        if rewind is not None:  # a tracker that holds an event back drops it: the replay sends its own
+            rewind(len(delivered))
         return ReplayTracker(run.tracker, replay.filter), failure

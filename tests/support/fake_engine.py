@@ -36,7 +36,7 @@ class Received:
 class FakeEngine:
     models: list[str] = field(default_factory=lambda: ["fake-model"])
     max_model_len: int = 2048
-    mode: str = "ok"  # ok | http_400 | http_500 | hang | break_mid_stream | no_done | garbage
+    mode: str = "ok"  # ok | http_400 | http_500 | hang | break_mid_stream | break_before_end | no_done | garbage
     health_status: int = 200
     chunk_delay: float = 0.0
     first_chunk_delay: float = 0.0
@@ -54,6 +54,8 @@ class FakeEngine:
     hold: asyncio.Event | None = None  # set: streams wait for it after their headers, before any chunk
     answer_hold: asyncio.Event | None = None  # set: non-streamed answers (and /v1/messages) wait for it, once received
     hold_after: int = 0  # with ``hold``: the tokens a chat stream sends (after its role chunk) before it waits
+    # set: a Messages or Responses stream waits for it before its terminal event, every other event sent
+    end_hold: asyncio.Event | None = None
     stream_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     request_aborted: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
@@ -249,7 +251,15 @@ class FakeEngine:
                 if stall_after is not None and i == stall_after:
                     await asyncio.sleep(3600)
                 await response.write(shape.token(f"{text_prefix}{i} "))
-            await response.write(b"".join(shape.closing(shape.budget)))
+            closing = shape.closing(shape.budget)
+            if self.end_hold is not None or self.mode == "break_before_end":
+                await response.write(b"".join(closing[:-1]))
+                if self.mode == "break_before_end":  # the engine dies with only its terminal event left
+                    request.transport.close()
+                    return response
+                await self.end_hold.wait()
+                closing = closing[-1:]
+            await response.write(b"".join(closing))
         except (ConnectionResetError, asyncio.CancelledError):
             self.streams_aborted += 1
             self.stream_aborted.set()

@@ -118,3 +118,20 @@ async def test_a_stalled_messages_stream_continues_after_the_chunk_timeout():
         events = events_of(await client.post(MESSAGES, json=body(MESSAGES)))
     assert text_of(events) == UNINTERRUPTED and events[-1]["type"] == "message_stop"
     assert orjson.dumps(events).count(b'"message_start"') == 1
+
+
+async def test_a_greedy_responses_stream_whose_engine_died_after_closing_its_item_closes_it_once():
+    """The engine closed the item (``response.output_item.done``) and died before its terminal event. The
+    gateway holds an item's done event until the next event says how the response goes on; the replay on
+    the other engine closes the item itself: one done event, numbered on from what clients have."""
+    async with fake_fleet(2) as (dying, survivor), serving(settings([dying, survivor])) as client:
+        dying.mode = "break_before_end"
+        events = events_of(await client.post(RESPONSES, json=body(RESPONSES)))
+        assert text_of(events) == UNINTERRUPTED
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        kinds = [event["type"] for event in events]
+        assert kinds[-2:] == ["response.output_item.done", "response.incomplete"]
+        assert kinds.count("response.output_item.done") == 1
+        final = events[-1]["response"]
+        assert events[-2]["item"] == final["output"][0] and final["output"][0]["status"] == "incomplete"
+        assert continuations(client, "continued", survivor.base_url) == 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+
 from tests.support.sse_client import Event, fresh_client, read_stream
 from tests.support.waiting import until
 
@@ -122,3 +124,65 @@ async def test_a_responses_stream_read_to_its_end_is_stored_and_replayable(gatew
     assert [event.json["sequence_number"] for event in got.events] == got.indices == list(range(len(got.events)))
     assert stored["status"] == "incomplete" and stored["output"][0]["content"][0]["text"] == text_of(got.events)
     assert [(e.id, e.data) for e in replayed.events] == [(e.id, e.data) for e in got.events]
+
+
+def item_done(events: list[Event]) -> list[dict]:
+    """The items of a Responses stream's ``response.output_item.done`` events."""
+    return [event.json["item"] for event in events if event.json["type"] == "response.output_item.done"]
+
+
+async def test_the_item_a_response_cut_by_its_output_limit_was_generating_closes_incomplete(gateway, fake_engine):
+    """vLLM closes the cut message with ``status: completed`` and then ends the response ``incomplete``;
+    the stream's ``response.output_item.done`` said ``completed`` while the final response, and the stored
+    one, said the same item was ``incomplete`` (OpenAI's status of an item cut short)."""
+    async with gateway() as (base, app), fresh_client(base) as client:
+        got = await read_stream(client, "POST", RESPONSES, json=responses_body(12))
+        stored = (await client.get(f"{RESPONSES}/{got.session_id}")).json()
+    final = got.events[-1].json["response"]
+    assert kinds(got.events)[-2:] == ["response.output_item.done", "response.incomplete"]
+    assert [item["status"] for item in item_done(got.events)] == ["incomplete"]
+    assert item_done(got.events) == final["output"] == stored["output"]
+    assert [event.json["sequence_number"] for event in got.events] == got.indices == list(range(len(got.events)))
+
+
+async def test_an_item_closed_just_before_its_engine_died_is_incomplete_in_the_failed_response(gateway, fake_engine):
+    """The engine sent the item's ``response.output_item.done`` (``completed``) and died before its
+    terminal event; no engine can go on (sampled): the response ``failed``, and its item, which the
+    stream said was ``completed``, was missing from the failed response and the stored one."""
+    fake_engine.mode = "break_before_end"
+    async with gateway() as (base, app), fresh_client(base) as client:
+        got = await read_stream(client, "POST", RESPONSES, json=responses_body(12, temperature=0.7))
+        stored = (await client.get(f"{RESPONSES}/{got.session_id}")).json()
+    final = got.events[-1].json["response"]
+    assert kinds(got.events)[-3:] == ["response.output_item.done", "error", "response.failed"]
+    assert final["status"] == "failed" and stored == final
+    assert [item["status"] for item in item_done(got.events)] == ["incomplete"]
+    assert item_done(got.events) == final["output"]
+    assert final["output"][0]["content"][0]["text"] == text_of(got.events) == "".join(f"t{i} " for i in range(12))
+    assert [event.json["sequence_number"] for event in got.events] == got.indices == list(range(len(got.events)))
+
+
+async def test_a_cancel_after_the_item_closed_cancels_it_with_the_response(gateway, fake_engine):
+    """A cancel that lands after the engine closed the item, before its terminal event: the stream said
+    the item ``completed`` and then the response ``cancelled`` without it."""
+    fake_engine.end_hold = asyncio.Event()
+    try:
+        async with gateway() as (base, app), fresh_client(base) as client:
+            reading = asyncio.create_task(read_stream(client, "POST", RESPONSES, json=responses_body(12)))
+            await until(lambda: fake_engine.received, what="the engine's request")
+            response_id = orjson.loads(fake_engine.received[-1].body)["request_id"]
+            # Every event but the terminal one has reached the gateway: the fake engine's 4 opening events,
+            # 12 deltas, and the text's, the part's and the item's done events (it holds only its terminal one).
+            await until(lambda: (session := app.state.sessions.local("local", response_id)) is not None
+                        and session.dialect.run.next_sequence == 4 + 12 + 3, what="the item's done event at the gateway")
+            cancel = await client.post(f"/v1/cancel/{response_id}")
+            got = await reading
+            stored = (await client.get(f"{RESPONSES}/{response_id}")).json()
+    finally:
+        fake_engine.end_hold.set()
+    assert cancel.json()["cancelled"] is True
+    final = got.events[-1].json["response"]
+    assert kinds(got.events)[-2:] == ["response.output_item.done", "response.cancelled"]
+    assert final["status"] == "cancelled" and stored == final
+    assert [item["status"] for item in item_done(got.events)] == ["incomplete"] and item_done(got.events) == final["output"]
+    assert [event.json["sequence_number"] for event in got.events] == got.indices == list(range(len(got.events)))

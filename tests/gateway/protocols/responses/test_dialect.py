@@ -186,3 +186,66 @@ def test_cached_input_and_reasoning_output_reach_the_count():
     assert counted == {"prompt_tokens": 120, "completion_tokens": 40, "prompt_tokens_details": {"cached_tokens": 64},
                        "completion_tokens_details": {"reasoning_tokens": 25}}
     assert counts_of(counted) == TokenCounts(prompt=120, completion=40, cached=64, reasoning=25)
+
+
+ITEM = {"id": "msg_1", "type": "message", "status": "completed", "content": [{"type": "output_text", "text": "ab"}]}
+
+
+def item_stream() -> list[bytes]:
+    """A message item opened, written and closed (``completed``, as vLLM closes it), then nothing yet."""
+    opened = {**ITEM, "status": "in_progress", "content": []}
+    return [ev("response.created", 0, response=RESPONSE), ev("response.in_progress", 1, response=RESPONSE),
+            ev("response.output_item.added", 2, output_index=0, item=opened),
+            ev("response.output_text.delta", 3, output_index=0, delta="ab"),
+            ev("response.output_item.done", 4, output_index=0, item=ITEM)]
+
+
+def test_an_items_done_event_waits_for_the_next_event_and_takes_its_status_in_the_final_response():
+    """vLLM closes an item ``completed`` before its terminal event says the response was cut: the done
+    event goes out with the next event, with the item's status in the final response (``incomplete``)."""
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    events = item_stream()
+    assert tracker.accept(b"".join(events[:4])) == b"".join(events[:4])
+    assert tracker.accept(events[4]) == b"" and run.next_sequence == 5  # held, counted
+    cut = ev("response.completed", 5, response={**RESPONSE, "status": "incomplete", "output": [ITEM],
+                                                "incomplete_details": {"reason": "max_output_tokens"}})
+    out = [event_json(e) for e in split_events(tracker.accept(cut))]
+    assert [(e["type"], e["sequence_number"]) for e in out] == [("response.output_item.done", 4),
+                                                               ("response.incomplete", 5)]
+    assert out[0]["item"]["status"] == "incomplete" and out[1]["response"]["output"] == [out[0]["item"]]
+    # A response that goes on, or completes, gets the event as vLLM wrote it.
+    for following in (ev("response.output_item.added", 5, output_index=1, item={"id": "msg_2", "type": "message"}),
+                      ev("response.completed", 5, response={**RESPONSE, "status": "completed", "output": [ITEM]})):
+        tracker = ResponsesDialect(ResponsesRun("resp_2")).tracker(relay_usage=False, collect_text=False)
+        tracker.accept(b"".join(events))
+        assert split_events(tracker.accept(following))[0] + b"\n\n" == events[4]
+
+
+def test_the_gateways_endings_close_a_held_item_incomplete_and_list_it():
+    for ending in ("error", "cancelled", "engine_error"):
+        run = ResponsesRun("resp_1")
+        dialect = ResponsesDialect(run)
+        tracker = dialect.tracker(relay_usage=False, collect_text=False)
+        tracker.accept(b"".join(item_stream()))
+        if ending == "error":
+            out = dialect.error_events("engine gone", "stream_interrupted")
+        elif ending == "cancelled":
+            out = dialect.cancelled_events(first_event=None, reason="cancel_request", run_id="x", model="m", choices=1)
+        else:
+            out = split_events(tracker.accept(ev("error", 5, code="server_error", message="boom")))
+        events = [event_json(e) for e in out]
+        assert events[0]["type"] == "response.output_item.done" and events[0]["sequence_number"] == 4, ending
+        assert [e["sequence_number"] for e in events] == list(range(4, 4 + len(events))), ending
+        assert events[0]["item"] == {**ITEM, "status": "incomplete"}, ending
+        assert events[-1]["response"]["output"] == [events[0]["item"]] == run.final["output"], ending
+
+
+def test_a_continuation_drops_the_held_event_and_numbers_on_from_what_clients_have():
+    run = ResponsesRun("resp_1")
+    tracker = ResponsesDialect(run).tracker(relay_usage=False, collect_text=False)
+    tracker.accept(b"".join(item_stream()))
+    tracker.rewind(4)  # clients have events 0..3: the replay sends the item's done event itself
+    assert run.held is None and run.next_sequence == 4
+    failed = [event_json(e) for e in ResponsesDialect(run).error_events("x", "stream_interrupted")]
+    assert [e["sequence_number"] for e in failed] == [4, 5]

@@ -96,6 +96,8 @@ def test_stream_has_contiguous_sequence_numbers_and_its_final_object_is_stored(s
     final = events[-1].response
     assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
     assert [(item.type, item.status) for item in final.output] == [("message", "incomplete")]  # the cut message
+    # The stream closes that item as the final response lists it (vLLM's done event says "completed").
+    assert [e.item for e in events if e.type == "response.output_item.done"] == final.output
     assert delta_text(events) == final.output_text and final.usage.output_tokens == 24
     assert sdk.responses.retrieve(final.id).model_dump() == final.model_dump()
     plain = sdk.responses.create(**greedy(vllm_engine, 24))

@@ -15,7 +15,8 @@ limiter itself.
   non-streamed request granted less than it asked has its output limit lowered to what was
   granted (it cannot be cut half-way); a stream is cut instead.
 - **Count** (:class:`MeteredSink`): each engine read's events count one token each (vLLM
-  writes one event per decode step) beyond the prompt bound; when a budget cannot cover the
+  writes one event per decode step) beyond the prompt bound, before the stream's tracker reads
+  them (``MeteredSink.fit``); when a budget cannot cover the
   next read, the stream ends there with its protocol's error event (``BudgetSpent``), so no
   budget is overspent by a stream. A stream its reservation covers whole (granted in full, its
   output capped by the body for one choice) is counted but never asks for more: the engine
@@ -271,12 +272,24 @@ class Metered:
 
 
 class MeteredSink:
-    """A run's sink that counts each engine read against the request's reservation before writing it."""
+    """A run's sink that counts each engine read against the request's reservation before anything reads it.
+
+    The runner's loop (``relay.pump``) asks :meth:`fit` for the events of each engine read the
+    budgets cover before the dialect's tracker reads them, so a stream cut there is cut for the
+    tracker too (its ending, usage and final object are those of what the client received: a
+    Responses stream whose budget ran out in its last read used to be stored ``completed`` with its
+    whole text while its client got part of it and ``response.failed``); the write of a read cut
+    short then ends the stream (``BudgetSpent``). A ``write`` without ``fit`` counts the block itself.
+    """
+
+    __slots__ = ("_sink", "_metered", "counts_events", "_fitted", "_spent")
 
     def __init__(self, sink: Any, metered: Metered) -> None:
         self._sink = sink
         self._metered = metered
         self.counts_events = sink.counts_events
+        self._fitted = False  # the events of the next write were counted by ``fit``
+        self._spent = False   # the budgets ran out: the next write is the stream's last
 
     @property
     def first_event(self) -> bytes | None:
@@ -285,10 +298,42 @@ class MeteredSink:
     def __getattr__(self, name: str) -> Any:  # attach, detach, finish, refused, delivered, and a sink's own
         return getattr(self._sink, name)
 
+    def fit(self, block: bytes) -> bytes | Awaitable[bytes]:
+        """The events of ``block`` (one engine read) the budgets cover, counted: ``block`` itself when the
+        reservation covers it (no coroutine of ours: this runs for every engine read of a limited stream);
+        beyond it, the limiter is asked (awaitable). Raises ``BudgetSpent`` when none is covered."""
+        metered = self._metered
+        reservation = metered.reservation
+        events = block.count(EVENT_END)
+        self._fitted = True
+        if reservation.used + events <= reservation.granted or metered.covered:
+            reservation.used += events
+            return block
+        return self._fit_beyond(block, events)
+
+    async def _fit_beyond(self, block: bytes, events: int) -> bytes:
+        metered = self._metered
+        if await metered.consume(events):
+            return block
+        fits = max(0, min(events, metered.reservation.left))  # the events of this read the budget still covers
+        if not fits:
+            self._fitted = False
+            raise _spent()
+        metered.reservation.used += fits
+        cut = 0
+        for _ in range(fits):
+            cut = block.index(EVENT_END, cut) + len(EVENT_END)
+        self._spent = True
+        return block[:cut]
+
     def write(self, block: bytes) -> Awaitable[None]:
-        """Awaited like a sink's ``write``. A read the reservation covers is counted here and the sink's own
-        ``write`` returned (Limiter.consume's answer without its call, and no coroutine of ours per read:
-        this runs for every engine read of a limited stream); beyond it, the limiter is asked."""
+        """Awaited like a sink's ``write``: the sink's own ``write`` returned when the block was counted
+        (by :meth:`fit`, or here within the reservation); beyond it, the limiter is asked."""
+        if self._fitted:
+            self._fitted = False
+            if self._spent:
+                return self._write_last(block)
+            return self._sink.write(block) if block else _NOTHING  # (the tracker may keep a read back)
         metered = self._metered
         reservation = metered.reservation
         events = block.count(EVENT_END)
@@ -296,6 +341,11 @@ class MeteredSink:
             reservation.used += events
             return self._sink.write(block)
         return self._write_beyond(block, events)
+
+    async def _write_last(self, block: bytes) -> None:
+        if block:
+            await self._sink.write(block)
+        raise _spent()
 
     async def _write_beyond(self, block: bytes, events: int) -> None:
         metered = self._metered
@@ -309,7 +359,21 @@ class MeteredSink:
             for _ in range(fits):
                 cut = block.index(EVENT_END, cut) + len(EVENT_END)
             await self._sink.write(block[:cut])
-        raise BudgetSpent("the token budget of this API key ran out during the generation", code="insufficient_quota")
+        raise _spent()
+
+
+class _Nothing:
+    """An awaitable that is done at once (a write of nothing)."""
+
+    def __await__(self):
+        return iter(())
+
+
+_NOTHING = _Nothing()
+
+
+def _spent() -> BudgetSpent:
+    return BudgetSpent("the token budget of this API key ran out during the generation", code="insufficient_quota")
 
 
 class MeteredEngines:

@@ -35,11 +35,15 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink,
     accept = tracker.accept
     write = sink.write
     read = stream.readany
+    fit = getattr(sink, "fit", None)  # a metered sink: the events its budgets cover, before the tracker reads them
     try:
         while chunk := await read():
             block = complete(chunk)
             if not block:
                 continue
+            if fit is not None:
+                fitted = fit(block)
+                block = fitted if fitted.__class__ is bytes else await fitted
             block = accept(block)
             if tracker.ended:
                 if before_end is not None:
@@ -48,7 +52,7 @@ async def pump(stream: EngineStream, tracker: StreamTracker, sink: Sink,
                     await write(block)
                 await stream.reach_end()  # (so its connection serves the next request)
                 return None
-            if block:
+            if block or fit is not None:  # (a metered sink's write of a read cut short ends the stream)
                 await write(block)
     except Failure as failure:
         return failure

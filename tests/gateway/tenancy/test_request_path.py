@@ -296,3 +296,38 @@ async def test_a_stream_its_reservation_covers_is_not_cut_by_its_framing_events(
 def test_a_stream_is_covered_only_when_its_body_caps_the_output_of_one_choice(payload, capped):
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **payload}
     assert _output_capped(estimate(body), body) is capped
+
+
+@pytest.mark.parametrize("session_store", ["memory", "off"])
+async def test_a_responses_stream_cut_by_its_budget_ends_as_the_stored_response_says(make_settings, session_store):
+    """Wherever the budget runs out, the stream's last response object, its items' done events and the
+    stored response agree. The budget used to be checked as a read was written, after the dialect had
+    read it: a cut in the last read (the fake engine sends its closing events in one) left the response
+    stored ``incomplete`` with its whole text while its client got part of it and ``response.failed``."""
+    settings = make_settings(api_keys=[READ_KEY], admin_api_keys=[WRITE_KEY], usage_flush_seconds=300,
+                             session_store=session_store)
+    endings = set()
+    async with serving(settings) as gateway:
+        model = await model_of(gateway)
+        for budget in range(1, 61):  # from refused (below the prompt's bound) to whole (16 tokens and framing)
+            key = await new_key(gateway, limits={"budget_tokens": budget, "budget_period": "total"})
+            answer = await gateway.post("/v1/responses", json={"model": model, "input": "hi", "stream": True},
+                                        headers=bearer(key))
+            if answer.status_code == 429:
+                continue
+            assert answer.status_code == 200, (budget, answer.text)
+            stream = [orjson.loads(event.split(b"data: ", 1)[1]) for event in events(answer.content)]
+            assert [event["sequence_number"] for event in stream] == list(range(len(stream))), budget
+            final = stream[-1]["response"]
+            stored = (await gateway.get(f"/v1/responses/{final['id']}", headers=bearer(key))).json()
+            assert stored == final, budget
+            closed = [event["item"] for event in stream if event["type"] == "response.output_item.done"]
+            assert closed == final["output"], budget
+            assert all(item["status"] == "incomplete" for item in closed), budget  # (cut by budget or by limit)
+            if final["status"] == "failed":
+                assert final["error"]["code"] == "insufficient_quota", budget
+            text = "".join(event["delta"] for event in stream if event["type"] == "response.output_text.delta")
+            assert all(item["content"][0]["text"] == text for item in closed), budget
+            endings.add((final["status"], len(closed)))
+    # Cut before its item closed, just after, and not cut (the fake engine's answer ends at its limit).
+    assert endings == {("failed", 0), ("failed", 1), ("incomplete", 1)}, endings

@@ -232,9 +232,9 @@ class SessionManager:
                 await self.store.request_cancel(record.gen_id)
                 record = await self._wait_remote_end(record)
             else:
-                usage = await self.persistence.generated_usage(record)
+                read_back = await self.persistence.read_back(record)
                 await self.store.end_orphan(record.gen_id, lambda sid, index: self.persistence.cancelled_ending(
-                    sid, index, record.dialect, usage=usage))
+                    sid, index, record.dialect, read_back=read_back))
                 record = await self._load(owner, session_id)
         return R.cancel_result(session_id, record.how, cancelled=record.how == "cancelled")
 

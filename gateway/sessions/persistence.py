@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from gateway.config import Settings
 from gateway.relay.dialect import StreamDialect
@@ -125,20 +126,23 @@ class Persistence:
         return frames(id_prefix(session_id), index, events)
 
     def cancelled_ending(self, session_id: str, index: int, dialect: str = DEFAULT_DIALECT, *,
-                         usage: dict | None = None) -> tuple[str, list[bytes]]:
-        """``usage``: what the generation used, read from its stored events (:meth:`generated_usage`)."""
+                         read_back: ReadBack | None = None) -> tuple[str, list[bytes]]:
+        """``read_back``: the generation's stored events as read by its dialect (:meth:`read_back`): the
+        ending reports what it generated, and (a dialect with state: the Responses API's) its response."""
         # (The stream's first event is not at hand here: b"" says it went out, if any did.)
-        events = self.dialect_for(dialect, session_id, index).cancelled_events(
-            first_event=b"" if index else None, reason=CANCEL_REQUEST, run_id=session_id,
-            model=self.default_model(), choices=1, usage=usage)
+        usage = read_back.usage if read_back is not None else None
+        writer = read_back.dialect if read_back is not None and read_back.events == index else \
+            self.dialect_for(dialect, session_id, index)
+        events = writer.cancelled_events(first_event=b"" if index else None, reason=CANCEL_REQUEST,
+                                         run_id=session_id, model=self.default_model(), choices=1, usage=usage)
         return "cancelled", frames(id_prefix(session_id), index, events)
 
-    async def generated_usage(self, record: StoredSession) -> dict | None:
-        """What a stored generation used, counted from its stored events by its dialect's tracker, as
-        its producer counts what it relays (``StreamResult.counted_usage``): the ending written for it
-        elsewhere reports the tokens it generated, not none."""
-        tracker = self.dialect_for(record.dialect, record.session_id, 0).tracker(relay_usage=False,
-                                                                                 collect_text=False)
+    async def read_back(self, record: StoredSession) -> ReadBack:
+        """A stored generation's events read by its dialect's tracker, as its producer reads what it relays:
+        what it used (``StreamResult.counted_usage``), and its dialect, which writes the ending after them
+        as the producer would have (an ending written elsewhere used to report no tokens generated)."""
+        dialect = self.dialect_for(record.dialect, record.session_id, 0)
+        tracker = dialect.tracker(relay_usage=False, collect_text=False)
         index = 0
         while not tracker.ended:
             stored = await self.store.read_frames(record.gen_id, index)
@@ -146,4 +150,11 @@ class Persistence:
                 break
             tracker.accept(b"".join(unframed(framed) for framed in stored))
             index += len(stored)
-        return tracker.result().counted_usage()
+        return ReadBack(dialect, index, tracker.result().counted_usage())
+
+
+@dataclass(slots=True)
+class ReadBack:
+    dialect: StreamDialect  # its state follows the events read (a Responses run: its response, its items)
+    events: int             # how many were read
+    usage: dict | None

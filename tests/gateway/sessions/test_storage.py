@@ -268,44 +268,77 @@ async def test_a_client_ahead_of_the_store_gets_an_explicit_ending_at_an_id_it_h
     assert behind.indices == [3, 4, 5, 6] and behind.events[2].json["error"]["code"] == "producer_lost"
 
 
-async def test_a_dead_replicas_messages_session_cancelled_here_reports_the_tokens_it_generated(make_session_settings):
-    """A session produced by a replica that died, cancelled on this one: its ending is written here, from
-    the store. Its ``message_delta`` said ``output_tokens: 0`` although the stored events hold 6 generated
-    tokens; the producing replica's own cancelled ending counts them (one per delta, as it relays them)."""
+async def dead_replicas_session(settings, session_id: str, gen_id: int, dialect: str, events: list[bytes]) -> None:
+    """A live session of a replica that died (its heartbeat put in the past), written once the gateway
+    under test runs: its first sweep for dead producers is behind it, the next a minute away."""
     import sqlite3
 
     from gateway.sessions.frames import frame, id_prefix, pack_frames
     from gateway.sessions.store.base import Batch, Chunk, NewGeneration
     from gateway.sessions.store.sqlite import SQLiteStore
 
+    dead = SQLiteStore(settings.database_url, replica="dead-replica", lease_seconds=5, poll_interval=0.05)
+    await dead.open()
+    framed = [frame(id_prefix(session_id), i, event) for i, event in enumerate(events)]
+    await dead.write(Batch(generations=[NewGeneration("local", session_id, gen_id, True, dialect=dialect)],
+                           chunks=[Chunk(gen_id, 0, len(events) - 1, pack_frames(framed))]))
+    await dead.close()
+    database = sqlite3.connect(settings.database_url.split(":///", 1)[1], timeout=30)
+    with database:
+        database.execute("UPDATE stream_replicas SET heartbeat_at = 0 WHERE replica = 'dead-replica'")
+    database.close()
+
+
+def sse_event(kind: str, data: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data})
+
+
+async def test_a_dead_replicas_messages_session_cancelled_here_reports_the_tokens_it_generated(make_session_settings):
+    """A session produced by a replica that died, cancelled on this one: its ending is written here, from
+    the store. Its ``message_delta`` said ``output_tokens: 0`` although the stored events hold 6 generated
+    tokens; the producing replica's own cancelled ending counts them (one per delta, as it relays them)."""
     settings = make_session_settings(session_store="sqlite", session_lease_seconds=5)
-
-    def anthropic(kind: str, data: dict) -> bytes:
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data})
-
-    events = [anthropic("message_start", {"message": {
+    events = [sse_event("message_start", {"message": {
                   "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "fake-model",
                   "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 9, "output_tokens": 0}}}),
-              anthropic("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})]
-    events += [anthropic("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": f"w{i} "}})
+              sse_event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})]
+    events += [sse_event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": f"w{i} "}})
                for i in range(6)]
-    prefix = id_prefix("gone-1")
     async with running_gateway(settings) as (base, app), fresh_client(base) as client:
-        # Written once this gateway runs (its first sweep for dead producers is behind it: the next is a
-        # minute away), by a replica whose heartbeat is then put in the past: dead, its session live.
-        dead = SQLiteStore(settings.database_url, replica="dead-replica", lease_seconds=5, poll_interval=0.05)
-        await dead.open()
-        await dead.write(Batch(generations=[NewGeneration("local", "gone-1", 44, True, dialect="anthropic")],
-                               chunks=[Chunk(44, 0, len(events) - 1,
-                                             pack_frames([frame(prefix, i, e) for i, e in enumerate(events)]))]))
-        await dead.close()
-        database = sqlite3.connect(settings.database_url.split(":///", 1)[1], timeout=30)
-        with database:
-            database.execute("UPDATE stream_replicas SET heartbeat_at = 0 WHERE replica = 'dead-replica'")
-        database.close()
+        await dead_replicas_session(settings, "gone-1", 44, "anthropic", events)
         cancel = await client.post("/v1/cancel/gone-1")
         replay = await read_stream(client, "GET", "/v1/sessions/gone-1/events", timeout=10)
     assert cancel.json()["cancelled"] is True, cancel.json()
     ending = [event.json for event in replay.events[len(events):]]
     assert [data["type"] for data in ending] == ["message_delta", "message_stop"]
     assert ending[0]["delta"]["stop_reason"] == "cancelled" and ending[0]["usage"]["output_tokens"] == 6, ending
+
+
+async def test_a_dead_replicas_responses_stream_cancelled_here_ends_with_its_response_and_closed_items(
+        make_session_settings):
+    """The same for a Responses stream: its ``response.cancelled`` carried a bare object (no model, no
+    ``created_at``, no output) where the producing replica's carries the response and the items the
+    stream closed."""
+    settings = make_session_settings(session_store="sqlite", session_lease_seconds=5)
+    response = {"id": "resp_gone", "object": "response", "created_at": 1700000000, "model": "fake-model",
+                "status": "in_progress", "output": [], "usage": None}
+    first = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "a b ", "annotations": []}]}
+    events = [sse_event("response.created", {"response": response, "sequence_number": 0}),
+              sse_event("response.in_progress", {"response": response, "sequence_number": 1}),
+              sse_event("response.output_item.added", {"output_index": 0, "sequence_number": 2,
+                                                       "item": {**first, "status": "in_progress", "content": []}}),
+              sse_event("response.output_text.delta", {"output_index": 0, "delta": "a ", "sequence_number": 3}),
+              sse_event("response.output_text.delta", {"output_index": 0, "delta": "b ", "sequence_number": 4}),
+              sse_event("response.output_item.done", {"output_index": 0, "item": first, "sequence_number": 5}),
+              sse_event("response.output_item.added", {"output_index": 1, "sequence_number": 6, "item": {
+                  "id": "msg_2", "type": "message", "status": "in_progress", "content": []}}),
+              sse_event("response.output_text.delta", {"output_index": 1, "delta": "c ", "sequence_number": 7})]
+    async with running_gateway(settings) as (base, app), fresh_client(base) as client:
+        await dead_replicas_session(settings, "resp_gone", 45, "responses", events)
+        cancel = await client.post("/v1/cancel/resp_gone")
+        replay = await read_stream(client, "GET", "/v1/sessions/resp_gone/events", timeout=10)
+    assert cancel.json()["cancelled"] is True, cancel.json()
+    ending = [event.json for event in replay.events[len(events):]]
+    assert [(data["type"], data["sequence_number"]) for data in ending] == [("response.cancelled", 8)]
+    assert ending[0]["response"] == {**response, "status": "cancelled", "output": [first]}

@@ -305,8 +305,10 @@ class EngineClient:
             model = payload.get("model")
             route = openai_hints(payload, model=model if isinstance(model, str) else None,
                                  with_prefix=self.router.uses_prefix)
+        tracing.own_call_started(request, path, payload)
         status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request=request,
                                                 request_id=request_id, route=route)
+        tracing.own_call_answered(request, path, status, body)
         return self._decode(status, body)
 
     async def get_json(self, path: str, *, timeout: float | None = None, route: RouteHints | None = None,
@@ -315,6 +317,7 @@ class EngineClient:
         if path == MODELS_PATH and route is None and self.fleet.many:
             return await self._fleet_models(timeout)
         status, body = await self.request_bytes("GET", path, timeout=timeout, route=route, request=request)
+        tracing.own_call_answered(request, path, status, body)
         return self._decode(status, body)
 
     async def _fleet_models(self, timeout: float | None) -> dict:

@@ -32,7 +32,11 @@ OPERATIONS = {
     "/v1/embeddings": "embeddings",
 }
 
-# Request parameters -> attributes (numbers only; a stop sequence could be personal text).
+# Request parameters -> attributes (numbers only; a stop sequence could be personal text). Each
+# attribute has one type, as the conventions give it (a collector keeps an attribute's values
+# of one type): these are doubles whatever the JSON number (``"temperature": 0``), the rest ints.
+DOUBLES = frozenset({"gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.top_k",
+                     "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty"})
 REQUEST_PARAMETERS = (
     ("max_tokens", "gen_ai.request.max_tokens"),
     ("max_completion_tokens", "gen_ai.request.max_tokens"),
@@ -113,7 +117,12 @@ def request_attributes(data: dict | None) -> dict[str, Any]:
         for field in sorted(present, key=_PARAMETER_ORDER.__getitem__) if len(present) > 1 else present:
             value = data[field]
             key = _PARAMETER_KEYS[field]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in attributes:
+            if key in attributes or isinstance(value, bool):
+                continue
+            if key in DOUBLES:
+                if isinstance(value, (int, float)):
+                    attributes[key] = float(value)
+            elif isinstance(value, int):  # (a count given as 4.0 is not recorded as a double)
                 attributes[key] = value
     stream = data.get("stream")
     if stream is True or stream is False:

@@ -121,3 +121,21 @@ def unary_answered(request, status: int, answer: bytes, path: str, route, metric
     if trace is not None:
         trace.answered(status, answer)
 
+
+
+def own_call_started(request, path: str, payload: dict) -> None:
+    """The gateway calls the engine for its own use (``post_json``: the code API's generations, a
+    ``/tokenize`` look): a GenAI call names a server span that no protocol named yet (``/generate``
+    is a ``text_completion``, the code API's ``/chat`` a ``chat``)."""
+    trace = request.get(RequestTrace) if request is not None else None
+    if trace is not None and trace.operation is None and operation_of(path) is not None:
+        model = payload.get("model")
+        trace.generation(path, model if isinstance(model, str) else None, None, data=payload)
+
+
+def own_call_answered(request, path: str, status: int, answer: bytes) -> None:
+    """Such a call answered: its span ends (a GenAI call's usage on both spans), not left to be
+    taken for an abandoned one by the next engine call."""
+    trace = request.get(RequestTrace) if request is not None else None
+    if trace is not None:
+        trace.answered(status, answer if operation_of(path) is not None else None)

@@ -38,6 +38,7 @@ from gateway.tracing.conventions import json_object, operation_of, request_attri
 from gateway.tracing.spans import Span
 
 _now = time.time_ns
+CLIENT_CLOSED_REQUEST = 499  # (the middleware's status for a client that left before the answer)
 
 
 class RequestTrace:
@@ -207,13 +208,14 @@ class RequestTrace:
             if self.model:
                 attributes["gen_ai.response.model"] = self.model  # (vLLM answers with the served name asked)
             attributes["gateway.stream.ending"] = how
-        self._settle(attributes, error=error if how == "error" else None)
+        self._settle(attributes, error=error if how == "error" else how if how == "client_disconnect" else None)
 
     def _settle(self, attributes: dict[str, Any], *, error: str | None) -> None:
         call, self.call = self.call, None
         if call is not None:
             call.attributes.update(attributes)
-            if error is not None:
+            if error is not None:  # (an engine's 4xx too: a client span's error, as HTTP's conventions say)
+                call.attributes["error.type"] = error[:200]
                 call.status = Status(StatusCode.ERROR, error[:200])
             self._emit(call, _now())
         if attributes and self.recording:
@@ -225,6 +227,8 @@ class RequestTrace:
         if call is not None:
             if status >= 500:
                 self._failed(call, f"http_{status}", "the request failed")
+            elif status == CLIENT_CLOSED_REQUEST:  # the engine call was cut: its answer never came
+                self._failed(call, "client_disconnect", "the client left before the answer")
             else:
                 self._emit(call, _now())
         if not self.recording:

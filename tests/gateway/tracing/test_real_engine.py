@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -150,6 +151,34 @@ async def test_a_responses_call(traced_engine, collector, tmp_path):
     server, _, _ = check_joined(spans, traced_engine.model)
     assert server.attributes["gen_ai.usage.output_tokens"] == response.usage.output_tokens
     assert server.attributes["url.path"] == "/v1/responses"
+
+
+async def test_the_code_apis_routes_are_genai_calls_and_their_tokenize_look_no_error(traced_engine, collector,
+                                                                                      tmp_path):
+    """``/generate`` and the code API's ``/chat`` measure the prompt with ``/tokenize`` before they
+    generate: the look is a span that succeeded, and the request is named and counted as the
+    GenAI call it is (its usage the ``num_tokens`` the client received)."""
+    async with serve_uvicorn(create_app(gateway_settings(traced_engine, collector, tmp_path))) as base_url:
+        async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {READ_KEY}"},
+                                     timeout=DEADLINE) as client:
+            generated = await client.post("/generate", json={"prompt": "def add(a, b):", "max_tokens": 5,
+                                                             "temperature": 0})
+            chatted = await client.post("/chat", json={"messages": [{"role": "user", "content": "Hello"}],
+                                                       "max_tokens": 5, "temperature": 0})
+    assert generated.status_code == chatted.status_code == 200
+    model = traced_engine.model
+    for response, operation in ((generated, "text_completion"), (chatted, "chat")):
+        spans = await received(collector, response.headers["x-trace-id"], f"{operation} {model}")
+        server = next(span for span in spans if span.kind == "SERVER")
+        calls = [span for span in spans if span.kind == "CLIENT"]
+        assert [(call.name, call.status) for call in calls] == [("POST /tokenize", 0), (f"{operation} {model}", 0)]
+        assert all("error.type" not in span.attributes for span in spans)
+        assert next(span for span in spans if span.name == "llm_request").parent_id == calls[1].span_id
+        for span in (server, calls[1]):
+            assert span.attributes["gen_ai.operation.name"] == operation
+            assert span.attributes["gen_ai.usage.output_tokens"] == response.json()["num_tokens"]
+        assert server.attributes["url.path"] == response.request.url.path
+        assert isinstance(server.attributes["gen_ai.request.temperature"], float)
 
 
 # --- a fleet of two: the engine directly, and the same engine through a proxy the test shuts ---------

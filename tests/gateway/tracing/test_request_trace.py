@@ -138,3 +138,70 @@ def test_the_sampling_decision_is_the_sdks_parent_based_ratio_sampler():
             decision = sdk.should_sample(None, trace.trace_id_value, "POST " + PATH)
             assert trace.sampled == decision.decision.is_sampled()
         tracing.shutdown()
+
+
+def test_parameters_carry_the_conventions_types_whatever_the_json_number():
+    """``"temperature": 0`` is a JSON integer: the attribute is a double all the same (a collector
+    keeps one type per attribute); counts stay ints, and a count sent as 4.0 is not recorded."""
+    tracing, exporter = traced()
+    _, trace = begin(tracing)
+    trace.generation(PATH, "qwen3", b'{"max_tokens": 4, "temperature": 0, "top_p": 1, "top_k": 20, "seed": 7,'
+                                    b' "n": 2.0, "presence_penalty": 0}')
+    trace.end(200)
+    server = finished(tracing, exporter)[SpanKind.SERVER]
+    typed = {key: (type(value), value) for key, value in server.attributes.items() if key.startswith("gen_ai.request.")}
+    assert typed == {"gen_ai.request.model": (str, "qwen3"), "gen_ai.request.max_tokens": (int, 4),
+                     "gen_ai.request.temperature": (float, 0.0), "gen_ai.request.top_p": (float, 1.0),
+                     "gen_ai.request.top_k": (float, 20.0), "gen_ai.request.seed": (int, 7),
+                     "gen_ai.request.presence_penalty": (float, 0.0)}
+
+
+def test_the_gateways_own_engine_calls_end_their_spans_and_name_an_unnamed_request():
+    """The code API's ``/generate`` looks at ``/tokenize`` and then completes through ``post_json``:
+    the look is a span that succeeded (not one ``abandoned`` by the next call), and the request is a
+    ``text_completion`` with the completion's usage."""
+    from gateway.tracing import hooks
+
+    tracing, exporter = traced()
+    request, trace = begin(tracing)
+    payload = {"model": "qwen3", "prompt": "def f():", "max_tokens": 5, "temperature": 0.2}
+    hooks.own_call_started(request, "/tokenize", {"model": "qwen3", "prompt": "def f():"})
+    trace.engine_call(Engine(), "POST", "/tokenize", {})
+    hooks.own_call_answered(request, "/tokenize", 200, b'{"count": 4, "max_model_len": 2048, "tokens": [1, 2, 3, 4]}')
+    hooks.own_call_started(request, "/v1/completions", payload)
+    trace.engine_call(Engine(), "POST", "/v1/completions", {})
+    hooks.own_call_answered(request, "/v1/completions", 200, b'{"id": "cmpl-1", "model": "qwen3", "choices": '
+                            b'[{"text": "x", "finish_reason": "length"}], "usage": {"prompt_tokens": 4, '
+                            b'"completion_tokens": 5}}')
+    trace.end(200)
+    tracing.force_flush()
+    spans = exporter.get_finished_spans()
+    assert [(span.name, span.status.status_code) for span in spans] == [
+        ("POST /tokenize", StatusCode.UNSET), ("text_completion qwen3", StatusCode.UNSET),
+        ("text_completion qwen3", StatusCode.UNSET)]
+    look, completion, server = spans
+    assert "error.type" not in look.attributes and "gen_ai.usage.output_tokens" not in look.attributes
+    for span in (completion, server):
+        assert span.attributes["gen_ai.operation.name"] == "text_completion"
+        assert span.attributes["gen_ai.usage.input_tokens"] == 4 and span.attributes["gen_ai.usage.output_tokens"] == 5
+    assert server.attributes["gen_ai.request.temperature"] == 0.2
+
+
+def test_an_engine_call_that_failed_or_was_cut_says_why_in_error_type():
+    """An engine's 4xx/5xx answer is the engine call's error (a client span: HTTP's conventions), with
+    ``error.type``; a call cut by its client leaving (499) is ``client_disconnect``. The server span of
+    a 4xx stays unset (a server's 4xx is its caller's error)."""
+    for status, answer, kind in ((404, b'{"error": {"message": "no"}}', "http_404"),
+                                 (499, None, "client_disconnect")):
+        tracing, exporter = traced()
+        _, trace = begin(tracing)
+        trace.generation(PATH, "qwen3", b'{}')
+        trace.engine_call(Engine(), "POST", PATH, {})
+        if answer is not None:
+            trace.answered(status, answer)
+        trace.end(status)
+        spans = finished(tracing, exporter)
+        client, server = spans[SpanKind.CLIENT], spans[SpanKind.SERVER]
+        assert client.attributes["error.type"] == kind and client.status.status_code == StatusCode.ERROR
+        assert "error.type" not in server.attributes and server.status.status_code == StatusCode.UNSET
+        assert server.attributes["http.response.status_code"] == status

@@ -164,9 +164,17 @@ class Settings(BaseSettings):
     # "name=value,..." sent with every export (a vendor's API key): a secret, never shown.
     otel_exporter_otlp_headers: SecretStr | None = Field(None, repr=False)
     otel_exporter_otlp_timeout: float = Field(5000.0, gt=0)  # ms per export attempt (its retries included)
+    # The traces' own variants of the three above, which win over them (the OTLP exporter specification).
+    otel_exporter_otlp_traces_protocol: Literal["http/protobuf", "grpc"] | None = None
+    otel_exporter_otlp_traces_headers: SecretStr | None = Field(None, repr=False)
+    otel_exporter_otlp_traces_timeout: float | None = Field(None, gt=0)
     otel_sdk_disabled: bool = False
-    otel_service_name: str = "stack-gateway"
-    # The share of new traces kept (parent-based: a sampled incoming traceparent is always kept).
+    # None: OTEL_RESOURCE_ATTRIBUTES' service.name if it has one, else "stack-gateway".
+    otel_service_name: str | None = None
+    # The specification's samplers (unset: parentbased_traceidratio, the gateway's documented default).
+    otel_traces_sampler: Literal["always_on", "always_off", "traceidratio", "parentbased_always_on",
+                                 "parentbased_always_off", "parentbased_traceidratio"] | None = None
+    # The ratio samplers' share of new traces kept (parent-based: a sampled incoming traceparent is always kept).
     otel_traces_sampler_arg: float = Field(1.0, ge=0, le=1)
     otel_bsp_max_queue_size: int = Field(2048, ge=1)  # spans waiting for export; beyond: dropped
     otel_bsp_schedule_delay: float = Field(5000.0, gt=0)  # ms between two exports

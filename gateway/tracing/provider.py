@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on (a gateway with
 log = logging.getLogger("gateway.tracing")
 
 SHUTDOWN_SECONDS = 3.0
+DEFAULT_SERVICE_NAME = "stack-gateway"
 MAX_EXPORT_BATCH = 512
 # Requests not worth a trace: probes and scrapes, every few seconds from every prober.
 UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
@@ -48,7 +49,7 @@ class Tracing:
     """The gateway's tracer; ``begin`` makes a request's :class:`RequestTrace`."""
 
     def __init__(self, provider: TracerProvider, processor: BatchSpanProcessor, conventions: Conventions,
-                 ratio: float = 1.0) -> None:
+                 ratio: float = 1.0, follow_parent: bool = True) -> None:
         from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
         from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -62,7 +63,9 @@ class Tracing:
         self.scope = InstrumentationScope("stack-gateway", schema_url=conventions.schema_url)  # = get_tracer's
         self.origin = (provider.resource, self.scope)  # every span's resource and scope
         # The sampler's decision, as ParentBased(TraceIdRatioBased(ratio)) makes it (a test compares them):
-        # a caller's sampled flag, else the trace id's low 64 bits under the ratio's bound.
+        # a caller's sampled flag, else the trace id's low 64 bits under the ratio's bound (always_on and
+        # always_off are the ratios 1 and 0). Not parent-based: the ratio decides for a caller's trace too.
+        self.follow_parent = follow_parent
         self.bound = TraceIdRatioBased.get_bound_for_rate(ratio)
         self.id_limit = TraceIdRatioBased.TRACE_ID_LIMIT
         # The SDK's default ids are random.getrandbits (RandomIdGenerator): drawn here without its calls.
@@ -99,16 +102,21 @@ class Tracing:
         if not isinstance(getattr(exporter, "encoder", None), OtlpEncoder) \
                 and not getattr(exporter, "takes_recorded_spans", False):  # it wants the SDK's spans
             exporter = SdkSpans(exporter)
-        resource = Resource.create({"service.name": settings.otel_service_name})
-        sampler = ParentBased(TraceIdRatioBased(settings.otel_traces_sampler_arg))
+        resource = Resource.create({"service.name": settings.otel_service_name} if settings.otel_service_name
+                                   else {})  # (OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES' service.name)
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+        ratio, follow_parent = sampling(settings)
+        sampler = TraceIdRatioBased(ratio)
+        if follow_parent:
+            sampler = ParentBased(sampler)
         provider = TracerProvider(resource=resource, sampler=sampler)
         processor = BatchSpanProcessor(exporter, max_queue_size=settings.otel_bsp_max_queue_size,
                                        schedule_delay_millis=settings.otel_bsp_schedule_delay,
                                        max_export_batch_size=min(MAX_EXPORT_BATCH, settings.otel_bsp_max_queue_size),
-                                       export_timeout_millis=settings.otel_exporter_otlp_timeout)
+                                       export_timeout_millis=export_timeout_ms(settings))
         provider.add_span_processor(processor)
-        return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in),
-                   settings.otel_traces_sampler_arg)
+        return cls(provider, processor, Conventions(settings.otel_semconv_stability_opt_in), ratio, follow_parent)
 
     def begin(self, request, scope) -> RequestTrace | None:
         """The server span of ``request`` (a ``RequestContext``), joined to the caller's ``traceparent``.
@@ -134,9 +142,9 @@ class Tracing:
                 parent = None
         method = scope["method"]
         name = f"{method} {path}"
-        if parent is not None:  # ParentBased: a caller's decision is followed, its trace state kept
+        if parent is not None:  # the caller's trace joined, its trace state kept; ParentBased: its decision too
             trace_id = parent.trace_id
-            sampled = parent.trace_flags.sampled
+            sampled = parent.trace_flags.sampled if self.follow_parent else trace_id & self.id_limit < self.bound
             trace_state = parent.trace_state
             random_id = parent.trace_flags.random_trace_id
         else:
@@ -181,16 +189,28 @@ class Tracing:
                         time.monotonic() - started)
 
 
+def sampling(settings: Settings) -> tuple[float, bool]:
+    """``OTEL_TRACES_SAMPLER`` (and its ``_ARG`` for the ratio samplers) as (ratio, parent-based)."""
+    name = settings.otel_traces_sampler or "parentbased_traceidratio"
+    follow_parent = name.startswith("parentbased_")
+    name = name.removeprefix("parentbased_")
+    ratio = 1.0 if name == "always_on" else 0.0 if name == "always_off" else settings.otel_traces_sampler_arg
+    return ratio, follow_parent
+
+
 def otlp_exporter(settings: Settings) -> SpanExporter | None:
     """The OTLP exporter the settings name (HTTP/protobuf or gRPC), or None when no endpoint is set."""
     endpoint = settings.otel_exporter_otlp_traces_endpoint
     base = settings.otel_exporter_otlp_endpoint
     if not endpoint and not base:
         return None
-    headers = parse_headers(settings.otel_exporter_otlp_headers.get_secret_value()
-                            if settings.otel_exporter_otlp_headers is not None else "")
-    timeout = settings.otel_exporter_otlp_timeout / 1000
-    if settings.otel_exporter_otlp_protocol == "grpc":
+    # The traces' own variables win over the general ones (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: the
+    # same one vLLM reads, set for both in one environment).
+    secret = settings.otel_exporter_otlp_traces_headers or settings.otel_exporter_otlp_headers
+    headers = parse_headers(secret.get_secret_value() if secret is not None else "")
+    timeout = export_timeout_ms(settings) / 1000
+    protocol = settings.otel_exporter_otlp_traces_protocol or settings.otel_exporter_otlp_protocol
+    if protocol == "grpc":
         from gateway.tracing.otlp_grpc import GrpcExporter
         target = endpoint or base
         return GrpcExporter(endpoint=target, headers=headers, timeout=timeout,
@@ -199,6 +219,10 @@ def otlp_exporter(settings: Settings) -> SpanExporter | None:
     if not endpoint:  # the signal's path is added to the base endpoint (the specification's rule)
         endpoint = base.rstrip("/") + "/v1/traces"
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=timeout)
+
+
+def export_timeout_ms(settings: Settings) -> float:
+    return settings.otel_exporter_otlp_traces_timeout or settings.otel_exporter_otlp_timeout
 
 
 def parse_headers(text: str) -> dict[str, str]:

@@ -222,9 +222,9 @@ class GatewayMiddleware(StartHook):
                 status = 500  # the app raised before answering
             elapsed = time.perf_counter() - started
             route = request.route or scope.get("route")
-            route_label = getattr(route, "path", "unmatched")
-            metrics.observe_request(route_label, status, elapsed)
-            request_ended(trace, request, status)
+            template = getattr(route, "path", None)
+            metrics.observe_request(template or "unmatched", status, elapsed)
+            request_ended(trace, request, status, template)
             if self.access_log:
                 access_log.write({
                     "method": scope["method"],

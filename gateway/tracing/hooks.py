@@ -33,14 +33,15 @@ def trace_id(request) -> str | None:
     return trace.trace_id if trace is not None else None
 
 
-def request_ended(trace: RequestTrace | None, request, status: int) -> None:
-    """The middleware's end of a request: who asked, the status, the server span ended."""
+def request_ended(trace: RequestTrace | None, request, status: int, route: str | None = None) -> None:
+    """The middleware's end of a request: who asked, the status, the route's template (None: no
+    route matched), the server span ended."""
     if trace is None:
         return
     principal = request.principal
     if principal is not None:
         trace.caller(principal.key_id, getattr(principal, "team_id", None))
-    trace.end(status)
+    trace.end(status, route)
 
 
 def engine_headers(request, engine, method: str, path: str, headers: dict[str, str],

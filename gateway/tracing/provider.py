@@ -42,6 +42,8 @@ MAX_EXPORT_BATCH = 512
 # Requests not worth a trace: probes and scrapes, every few seconds from every prober.
 UNTRACED_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/favicon.ico"})
 _propagator = TraceContextTextMapPropagator()
+# The methods HTTP's conventions know; any other is recorded as ``_OTHER`` (its span named ``HTTP``).
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 _bits = random.getrandbits  # what the SDK's RandomIdGenerator draws ids with
 
 
@@ -141,7 +143,7 @@ class Tracing:
             if not parent.is_valid:
                 parent = None
         method = scope["method"]
-        name = f"{method} {path}"
+        name = method  # (named at its end: {operation} {model}, or {method} {route})
         if parent is not None:  # the caller's trace joined, its trace state kept; ParentBased: its decision too
             trace_id = parent.trace_id
             sampled = parent.trace_flags.sampled if self.follow_parent else trace_id & self.id_limit < self.bound
@@ -155,6 +157,9 @@ class Tracing:
         flags = (TraceFlags.SAMPLED if sampled else 0) | (TraceFlags.RANDOM_TRACE_ID if random_id else 0)
         attributes = {"http.request.method": method, "url.path": path,
                       "gateway.request_id": request.request_id} if sampled else {}
+        if sampled and method not in HTTP_METHODS:  # (a client's own word: not a name or a value to group by)
+            attributes["http.request.method"] = "_OTHER"
+            attributes["http.request.method_original"] = method[:32]
         trace = RequestTrace(self, name, trace_id, self.new_span_id(), flags, trace_state, parent, sampled,
                              attributes)
         request.put(trace)

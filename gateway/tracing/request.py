@@ -221,8 +221,11 @@ class RequestTrace:
         if attributes and self.recording:
             self.span.attributes.update(attributes)
 
-    def end(self, status: int) -> None:
-        """The request ended with ``status``: the server span ends."""
+    def end(self, status: int, route: str | None = None) -> None:
+        """The request ended with ``status``: the server span ends. ``route``: the route's template
+        (``/v1/files/{file_id}``; None: no route matched), the name of a span that is no GenAI call:
+        ``{method} {route}``, else ``{method}`` (HTTP's conventions: never the raw path, whose ids would
+        make a name per request in a backend that counts spans by name)."""
         call, self.call = self.call, None
         if call is not None:
             if status >= 500:
@@ -238,6 +241,12 @@ class RequestTrace:
         attributes = span.attributes
         attributes["http.response.status_code"] = status
         attributes["gateway.engine.retries"] = self.retries
+        if route is not None:
+            attributes["http.route"] = route
+        if self.operation is None:
+            method = attributes["http.request.method"]
+            span.name = f"{method} {route}" if route is not None and method != "_OTHER" \
+                else "HTTP" if method == "_OTHER" else method
         if status >= 500:
             span.status = Status(StatusCode.ERROR)
             attributes["error.type"] = str(status)

@@ -173,3 +173,54 @@ async def test_every_log_line_of_a_traced_request_carries_its_trace_id(make_sett
     entries = [orjson.loads(line) for line in lines.getvalue().splitlines()]
     mine = [entry for entry in entries if entry.get("request_id") == response.headers["x-request-id"]]
     assert mine and all(entry["trace_id"] == response.headers["x-trace-id"] for entry in mine)
+
+
+async def test_a_span_that_is_no_genai_call_is_named_by_its_route_never_its_path(make_settings, receiver):
+    """HTTP's conventions: ``{method} {http.route}``, ``{method}`` when no route matched, ``HTTP``
+    for a method they do not know (``_OTHER``): an id in a path (a file's, a response's) never makes
+    a span name of its own, which a backend counting spans by name would keep apart for ever."""
+    async with serving(make_settings(**traced(receiver))) as client:
+        responses = [await client.get("/v1/files/file-4f1c0ffee"), await client.get("/v1/nothing/abc123"),
+                     await client.request("FROB", "/v1/models")]
+    found = [await wait_trace(receiver, response.headers["x-trace-id"], set()) for response in responses]
+    named = [(spans[0].name, spans[0].attributes.get("http.route"), spans[0].attributes["http.request.method"])
+             for spans in found]
+    assert named == [("GET /v1/files/{file_id}", "/v1/files/{file_id}", "GET"), ("GET", None, "GET"),
+                     ("HTTP", None, "_OTHER")]
+    assert found[0][0].attributes["url.path"] == "/v1/files/file-4f1c0ffee"
+    assert found[2][0].attributes["http.request.method_original"] == "FROB"
+
+
+async def test_requests_refused_before_any_route_carry_their_trace_id_in_header_log_and_span(make_settings, receiver):
+    """A 401 (a wrong key), a 413 (a body over the limit) and a 400 (a Content-Length that is no
+    number): the middleware answers before routing, and each still has its trace."""
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    access = logging.getLogger("gateway.access")
+    access.addHandler(handler)
+    level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        async with serving(make_settings(**traced(receiver), access_log=True, api_keys=["sk-the-right-key-0123"],
+                                         max_body_bytes=1024)) as client:
+            refused = [
+                await client.post("/v1/chat/completions", json=chat(), headers={"authorization": "Bearer sk-wrong"}),
+                await client.post("/v1/chat/completions", json=chat(padding="x" * 2048),
+                                  headers={"authorization": "Bearer sk-the-right-key-0123"}),
+                await client.post("/v1/chat/completions", content=b"{}", headers={
+                    "authorization": "Bearer sk-the-right-key-0123", "content-length": "two"}),
+            ]
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
+    assert [response.status_code for response in refused] == [401, 413, 400]
+    entries = [orjson.loads(line) for line in lines.getvalue().splitlines()]
+    for response in refused:
+        trace_id = response.headers["x-trace-id"]
+        mine = [entry for entry in entries if entry.get("request_id") == response.headers["x-request-id"]]
+        assert mine and all(entry["trace_id"] == trace_id for entry in mine)
+        spans = await wait_trace(receiver, trace_id, {"POST"})
+        assert spans[0].attributes["http.response.status_code"] == response.status_code
+    assert "sk-wrong" not in lines.getvalue() and all("sk-wrong" not in str(span.attributes)
+                                                       for span in receiver.spans)

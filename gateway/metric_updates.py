@@ -14,6 +14,11 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 
+# A model label's values: the first this many names a process sees, then "other" (a model name
+# can come from outside, an engine's list or a feature's request: its series stay bounded).
+MAX_MODEL_LABELS = 64
+OTHER_MODEL = "other"
+
 
 def counting(child: Counter) -> Callable[[float], None]:
     """``child.inc`` for the request path: its value's own ``inc``, one call instead of three.

@@ -308,7 +308,8 @@ class EngineClient:
         tracing.own_call_started(request, path, payload)
         status, body = await self.request_bytes("POST", path, orjson.dumps(payload), request=request,
                                                 request_id=request_id, route=route)
-        tracing.own_call_answered(request, path, status, body)
+        tracing.own_call_answered(request, path, payload.get("model"), status, body,
+                                  self._metrics.genai if self._metrics is not None else None)
         return self._decode(status, body)
 
     async def get_json(self, path: str, *, timeout: float | None = None, route: RouteHints | None = None,
@@ -317,7 +318,7 @@ class EngineClient:
         if path == MODELS_PATH and route is None and self.fleet.many:
             return await self._fleet_models(timeout)
         status, body = await self.request_bytes("GET", path, timeout=timeout, route=route, request=request)
-        tracing.own_call_answered(request, path, status, body)
+        tracing.own_call_answered(request, path, None, status, body, None)
         return self._decode(status, body)
 
     async def _fleet_models(self, timeout: float | None) -> dict:

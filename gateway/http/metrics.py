@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from gateway.metric_updates import counting, observing
+from gateway.metric_updates import MAX_MODEL_LABELS, OTHER_MODEL, counting, observing
 from gateway.tracing.metrics import GenAIMetrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -27,8 +27,6 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0
 # Time to first token: from tens of milliseconds (a short prompt, an idle engine) to a minute
 # (a long prompt's prefill behind a full batch).
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30, 60)
-MAX_MODEL_LABELS = 64
-OTHER_MODEL = "other"
 
 
 class ModelReadiness:

@@ -134,9 +134,18 @@ def own_call_started(request, path: str, payload: dict) -> None:
         trace.generation(path, model if isinstance(model, str) else None, None, data=payload)
 
 
-def own_call_answered(request, path: str, status: int, answer: bytes) -> None:
-    """Such a call answered: its span ends (a GenAI call's usage on both spans), not left to be
-    taken for an abandoned one by the next engine call."""
-    trace = request.get(RequestTrace) if request is not None else None
+def own_call_answered(request, path: str, model: object, status: int, answer: bytes,
+                      metrics: GenAIMetrics | None) -> None:
+    """Such a call answered: a GenAI call is counted in the GenAI metrics (the code API's
+    generations, as the relayed ones are); its span ends (a GenAI call's usage on both spans), not
+    left to be taken for an abandoned one by the next engine call."""
+    if request is None:
+        return
+    generation = operation_of(path) is not None
+    if generation and metrics is not None:
+        data = json_object(answer) if status < 400 else None
+        metrics.observe(path, model, data.get("usage") if data is not None else None,
+                        time.perf_counter() - request.started, f"http_{status}" if status >= 400 else None)
+    trace = request.get(RequestTrace)
     if trace is not None:
-        trace.answered(status, answer if operation_of(path) is not None else None)
+        trace.answered(status, answer if generation else None)

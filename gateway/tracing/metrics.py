@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from gateway.metric_updates import observing
+from gateway.metric_updates import MAX_MODEL_LABELS, OTHER_MODEL, observing
 from gateway.tracing.conventions import operation_of
 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
@@ -33,6 +33,7 @@ class GenAIMetrics:
                                   "Duration of GenAI operations, the gateway's whole request",
                                   [*LABELS, "error_type"], buckets=DURATION_BUCKETS, registry=registry)
         self._children: dict[tuple, tuple] = {}
+        self._models: set[str] = set()
 
     def observe(self, path: str, model: object, usage: dict | None, seconds: float, error: str | None) -> None:
         operation = operation_of(path)
@@ -40,6 +41,13 @@ class GenAIMetrics:
             return
         key = (operation, model if isinstance(model, str) else "", error or "")
         children = self._children.get(key)
+        if children is None:
+            if key[1] not in self._models:  # past MAX_MODEL_LABELS names, "other"
+                if len(self._models) >= MAX_MODEL_LABELS:
+                    key = (operation, OTHER_MODEL, key[2])
+                else:
+                    self._models.add(key[1])
+            children = self._children.get(key)
         if children is None:
             labels = (operation, key[1], "vllm")
             children = self._children[key] = (observing(self.tokens.labels(*labels, "input")),

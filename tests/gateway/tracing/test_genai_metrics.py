@@ -28,3 +28,25 @@ async def test_token_usage_and_duration_per_operation_and_model(client):
     assert f'gen_ai_client_operation_duration_seconds_count{{error_type="",{labels}}} 2.0' in text
     assert 'gen_ai_operation_name="text_completion"' in text
     assert samples["gen_ai_client_operation_duration_seconds_count"] == 3
+
+
+def test_past_the_model_bound_a_model_is_counted_as_other():
+    """The model label is bounded as the gateway's own model labels are: the first
+    ``MAX_MODEL_LABELS`` names, then ``other`` (a feature's call may name any model)."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.metric_updates import MAX_MODEL_LABELS, OTHER_MODEL
+    from gateway.tracing.metrics import GenAIMetrics
+
+    registry = CollectorRegistry()
+    metrics = GenAIMetrics(registry)
+    for index in range(MAX_MODEL_LABELS + 10):
+        metrics.observe("/v1/completions", f"model-{index}", {"prompt_tokens": 2, "completion_tokens": 3}, 0.1, None)
+    metrics.observe("/v1/completions", "model-0", None, 0.1, None)  # a model seen before keeps its own series
+    models = {sample.labels["gen_ai_request_model"] for family in registry.collect() for sample in family.samples
+              if family.name == "gen_ai_client_operation_duration_seconds"}
+    assert len(models) == MAX_MODEL_LABELS + 1 and OTHER_MODEL in models
+    labels = {"gen_ai_operation_name": "text_completion", "gen_ai_provider_name": "vllm", "error_type": ""}
+    count = "gen_ai_client_operation_duration_seconds_count"
+    assert registry.get_sample_value(count, {**labels, "gen_ai_request_model": OTHER_MODEL}) == 10
+    assert registry.get_sample_value(count, {**labels, "gen_ai_request_model": "model-0"}) == 2

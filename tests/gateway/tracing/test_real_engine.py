@@ -24,7 +24,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from tests.gateway.tracing.conftest import traced
 from tests.support.engine import EngineHandle, _LaunchedEngine
-from tests.support.gateway import READ_KEY
+from tests.support.gateway import READ_KEY, WRITE_KEY
 from tests.support.otlp_receiver import OtlpReceiver, Span, render
 from tests.support.servers import serve_uvicorn
 from tests.support.sse_client import fresh_client
@@ -158,27 +158,34 @@ async def test_the_code_apis_routes_are_genai_calls_and_their_tokenize_look_no_e
     """``/generate`` and the code API's ``/chat`` measure the prompt with ``/tokenize`` before they
     generate: the look is a span that succeeded, and the request is named and counted as the
     GenAI call it is (its usage the ``num_tokens`` the client received)."""
-    async with serve_uvicorn(create_app(gateway_settings(traced_engine, collector, tmp_path))) as base_url:
+    settings = gateway_settings(traced_engine, collector, tmp_path, admin_api_keys=[WRITE_KEY])
+    async with serve_uvicorn(create_app(settings)) as base_url:
         async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {READ_KEY}"},
                                      timeout=DEADLINE) as client:
             generated = await client.post("/generate", json={"prompt": "def add(a, b):", "max_tokens": 5,
                                                              "temperature": 0})
             chatted = await client.post("/chat", json={"messages": [{"role": "user", "content": "Hello"}],
                                                        "max_tokens": 5, "temperature": 0})
+            metrics = (await client.get("/metrics", headers={"authorization": f"Bearer {WRITE_KEY}"})).text
     assert generated.status_code == chatted.status_code == 200
     model = traced_engine.model
     for response, operation in ((generated, "text_completion"), (chatted, "chat")):
         spans = await received(collector, response.headers["x-trace-id"], f"{operation} {model}")
-        server = next(span for span in spans if span.kind == "SERVER")
+        server = next(span for span in spans if span.kind == "SERVER" and span.service == "stack-gateway")
         calls = [span for span in spans if span.kind == "CLIENT"]
         assert [(call.name, call.status) for call in calls] == [("POST /tokenize", 0), (f"{operation} {model}", 0)]
-        assert all("error.type" not in span.attributes for span in spans)
+        assert all("error.type" not in span.attributes and span.status == 0 for span in spans)
         assert next(span for span in spans if span.name == "llm_request").parent_id == calls[1].span_id
         for span in (server, calls[1]):
             assert span.attributes["gen_ai.operation.name"] == operation
             assert span.attributes["gen_ai.usage.output_tokens"] == response.json()["num_tokens"]
         assert server.attributes["url.path"] == response.request.url.path
         assert isinstance(server.attributes["gen_ai.request.temperature"], float)
+    # ... and counted in the GenAI metrics as the relayed calls are
+    for response, operation in ((generated, "text_completion"), (chatted, "chat")):
+        labels = (f'gen_ai_operation_name="{operation}",gen_ai_provider_name="vllm",gen_ai_request_model="{model}",'
+                  'gen_ai_token_type="output"')
+        assert f'gen_ai_client_token_usage_sum{{{labels}}} {float(response.json()["num_tokens"])}' in metrics
 
 
 # --- a fleet of two: the engine directly, and the same engine through a proxy the test shuts ---------

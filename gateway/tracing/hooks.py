@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from gateway.tracing.conventions import json_object, operation_of
 from gateway.tracing.metrics import GenAIMetrics
-from gateway.tracing.request import RequestTrace
+from gateway.tracing.request import STREAM_INTERRUPTED, RequestTrace
 
 
 def trace_of(request) -> RequestTrace | None:
@@ -87,7 +87,7 @@ def stream_started(request, call) -> None:
 def stream_ended(request, result, call, metrics: GenAIMetrics) -> None:
     """A run ended (``result``: its ``StreamResult``): the GenAI metrics, and the trace if any."""
     metrics.observe(call.path, call.model, result.counted_usage(), time.perf_counter() - request.started,
-                    "stream_interrupted" if result.how == "error" else None)
+                    STREAM_INTERRUPTED if result.how == "error" else None)
     trace = request.get(RequestTrace)
     if trace is not None:
         trace.stream_ended(result.how, result.usage, result.finish_reason, result.error)

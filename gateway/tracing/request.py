@@ -39,6 +39,7 @@ from gateway.tracing.spans import Span
 
 _now = time.time_ns
 CLIENT_CLOSED_REQUEST = 499  # (the middleware's status for a client that left before the answer)
+STREAM_INTERRUPTED = "stream_interrupted"  # a stream that ended with an error (the GenAI metrics' error_type too)
 
 
 class RequestTrace:
@@ -197,7 +198,8 @@ class RequestTrace:
         attributes = {}
         if answer is not None and status < 400 and self.recording:
             attributes = response_attributes(self.tracing.conventions, answer)
-        self._settle(attributes, error=None if status < 400 else f"http_{status}")
+        kind = None if status < 400 else f"http_{status}"
+        self._settle(attributes, kind, kind)
 
     def stream_ended(self, how: str, usage: dict | None, finish_reason: str | None, error: str | None) -> None:
         attributes: dict[str, Any] = {}
@@ -208,15 +210,21 @@ class RequestTrace:
             if self.model:
                 attributes["gen_ai.response.model"] = self.model  # (vLLM answers with the served name asked)
             attributes["gateway.stream.ending"] = how
-        self._settle(attributes, error=error if how == "error" else how if how == "client_disconnect" else None)
+        if how == "error":  # (the word the GenAI metrics' error_type has; the message is the status's)
+            self._settle(attributes, STREAM_INTERRUPTED, error or "the stream ended with an error")
+        elif how == "client_disconnect":
+            self._settle(attributes, how, "the client left during the stream")
+        else:
+            self._settle(attributes, None, None)
 
-    def _settle(self, attributes: dict[str, Any], *, error: str | None) -> None:
+    def _settle(self, attributes: dict[str, Any], kind: str | None, message: str | None) -> None:
+        """The engine call ends (``kind``: its ``error.type``, a short fixed word; ``message``: the status's)."""
         call, self.call = self.call, None
         if call is not None:
             call.attributes.update(attributes)
-            if error is not None:  # (an engine's 4xx too: a client span's error, as HTTP's conventions say)
-                call.attributes["error.type"] = error[:200]
-                call.status = Status(StatusCode.ERROR, error[:200])
+            if kind is not None:  # (an engine's 4xx too: a client span's error, as HTTP's conventions say)
+                call.attributes["error.type"] = kind
+                call.status = Status(StatusCode.ERROR, (message or kind)[:200])
             self._emit(call, _now())
         if attributes and self.recording:
             self.span.attributes.update(attributes)
@@ -232,6 +240,8 @@ class RequestTrace:
                 self._failed(call, f"http_{status}", "the request failed")
             elif status == CLIENT_CLOSED_REQUEST:  # the engine call was cut: its answer never came
                 self._failed(call, "client_disconnect", "the client left before the answer")
+            elif status >= 400:  # the engine refused (a stream's 4xx before its first event)
+                self._failed(call, f"http_{status}", "the engine refused the request")
             else:
                 self._emit(call, _now())
         if not self.recording:
@@ -250,6 +260,9 @@ class RequestTrace:
         if status >= 500:
             span.status = Status(StatusCode.ERROR)
             attributes["error.type"] = str(status)
+        elif status < 400 and attributes.get("gateway.stream.ending") == "error":  # a 200 whose stream broke
+            span.status = Status(StatusCode.ERROR, "the stream ended with an error")
+            attributes["error.type"] = STREAM_INTERRUPTED
         span.end = _now()
         self.tracing.finished(span)
 

@@ -167,12 +167,13 @@ def test_the_gateways_own_engine_calls_end_their_spans_and_name_an_unnamed_reque
     payload = {"model": "qwen3", "prompt": "def f():", "max_tokens": 5, "temperature": 0.2}
     hooks.own_call_started(request, "/tokenize", {"model": "qwen3", "prompt": "def f():"})
     trace.engine_call(Engine(), "POST", "/tokenize", {})
-    hooks.own_call_answered(request, "/tokenize", 200, b'{"count": 4, "max_model_len": 2048, "tokens": [1, 2, 3, 4]}')
+    hooks.own_call_answered(request, "/tokenize", "qwen3", 200, b'{"count": 4, "max_model_len": 2048, "tokens": [1, 2, 3, 4]}',
+                            None)
     hooks.own_call_started(request, "/v1/completions", payload)
     trace.engine_call(Engine(), "POST", "/v1/completions", {})
-    hooks.own_call_answered(request, "/v1/completions", 200, b'{"id": "cmpl-1", "model": "qwen3", "choices": '
-                            b'[{"text": "x", "finish_reason": "length"}], "usage": {"prompt_tokens": 4, '
-                            b'"completion_tokens": 5}}')
+    hooks.own_call_answered(request, "/v1/completions", "qwen3", 200, b'{"id": "cmpl-1", "model": "qwen3", '
+                            b'"choices": [{"text": "x", "finish_reason": "length"}], "usage": {"prompt_tokens": 4, '
+                            b'"completion_tokens": 5}}', None)
     trace.end(200)
     tracing.force_flush()
     spans = exporter.get_finished_spans()
@@ -205,3 +206,29 @@ def test_an_engine_call_that_failed_or_was_cut_says_why_in_error_type():
         assert client.attributes["error.type"] == kind and client.status.status_code == StatusCode.ERROR
         assert "error.type" not in server.attributes and server.status.status_code == StatusCode.UNSET
         assert server.attributes["http.response.status_code"] == status
+
+
+def test_a_stream_that_broke_after_its_200_is_an_error_with_a_short_error_type():
+    """The client had a 200 and then a broken stream: both spans are errors, ``error.type`` the
+    metrics' ``stream_interrupted`` (a fixed word to group by), the message in the status. A stream
+    the engine refused (a 4xx before any event) ends its call as that status."""
+    cause = "the inference engine sent an invalid response (ClientPayloadError)"
+    tracing, exporter = traced()
+    _, trace = begin(tracing)
+    trace.generation(PATH, "qwen3", b'{"stream": true}')
+    trace.engine_call(Engine(), "POST", PATH, {})
+    trace.stream_ended("error", {"prompt_tokens": 3, "completion_tokens": 2}, None, cause)
+    trace.end(200)
+    spans = finished(tracing, exporter)
+    for span in spans.values():
+        assert span.attributes["error.type"] == "stream_interrupted" and span.status.status_code == StatusCode.ERROR
+    assert spans[SpanKind.CLIENT].status.description == cause
+
+    tracing, exporter = traced()
+    _, trace = begin(tracing)
+    trace.generation(PATH, "qwen3", b'{"stream": true}')
+    trace.engine_call(Engine(), "POST", PATH, {})
+    trace.end(400)
+    spans = finished(tracing, exporter)
+    assert spans[SpanKind.CLIENT].attributes["error.type"] == "http_400"
+    assert spans[SpanKind.SERVER].status.status_code == StatusCode.UNSET

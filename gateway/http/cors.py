@@ -37,7 +37,8 @@ ALLOWED_HEADERS = (
 )
 SDK_HEADER_PREFIX = "x-stainless-"
 # What a page may read of an answer, beyond the CORS-safelisted headers (Content-Type, ...).
-EXPOSED_HEADERS = b"x-request-id, x-gateway-added-ms, x-session-id, retry-after, x-gateway-output-limit-lowered"
+EXPOSED_HEADERS = (b"x-request-id, x-gateway-added-ms, x-session-id, retry-after, x-gateway-output-limit-lowered,"
+                   b" x-trace-id")
 MAX_AGE = b"600"  # seconds a browser may reuse a preflight's answer (Chromium caps it at 7200)
 MAX_REQUESTED = 4096  # bytes of Access-Control-Request-Headers read; no browser sends more
 

@@ -137,3 +137,16 @@ def test_an_origin_that_could_never_match_is_refused_by_name(given, reason):
     with pytest.raises(ValidationError, match="CORS_ORIGINS") as refused:
         Settings(cors_origins=given)
     assert reason in str(refused.value)
+
+
+async def test_a_page_may_read_the_trace_id_of_its_call(make_settings, fake_engine):
+    """With tracing on, ``x-trace-id`` is exposed too: a page can report the trace of a call that went wrong."""
+    settings = make_settings(api_keys=[READ_KEY], cors_origins=PAGE,
+                             otel_exporter_otlp_traces_endpoint="http://127.0.0.1:9/v1/traces")
+    async with serving(settings) as client:
+        answered = await client.post(CHAT, json=chat_body(), headers={"origin": PAGE, **bearer(READ_KEY)})
+        refused = await client.post(CHAT, json=chat_body(), headers={"origin": PAGE})
+    for response in (answered, refused):
+        assert response.headers["x-trace-id"]
+        exposed = {h.strip() for h in cors_headers(response)["access-control-expose-headers"].split(",")}
+        assert "x-trace-id" in exposed

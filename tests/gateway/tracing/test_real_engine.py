@@ -13,6 +13,7 @@ other engine with the continuation in its trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 
 import anthropic
@@ -186,6 +187,40 @@ async def test_the_code_apis_routes_are_genai_calls_and_their_tokenize_look_no_e
         labels = (f'gen_ai_operation_name="{operation}",gen_ai_provider_name="vllm",gen_ai_request_model="{model}",'
                   'gen_ai_token_type="output"')
         assert f'gen_ai_client_token_usage_sum{{{labels}}} {float(response.json()["num_tokens"])}' in metrics
+
+
+async def test_a_client_that_leaves_cuts_the_engine_call_and_its_span_says_so(traced_engine, collector, tmp_path):
+    """A streamed chat left after its first chunk, a non-streamed one left while vLLM generates it:
+    each engine call span is an error ``client_disconnect``; the stream's server span says how it
+    ended, the non-streamed one's status is 499 (nothing was sent)."""
+    body = {"model": traced_engine.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1500,
+            "ignore_eos": True, "temperature": 0}
+    async with serve_uvicorn(create_app(gateway_settings(traced_engine, collector, tmp_path))) as base_url:
+        async with fresh_client(base_url) as client:
+            headers = {"authorization": f"Bearer {READ_KEY}"}
+            async with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True},
+                                     headers=headers) as streamed:
+                async for _ in streamed.aiter_bytes():
+                    break  # the first chunk: then the client leaves
+            unary = asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=headers))
+            deadline = asyncio.get_running_loop().time() + DEADLINE
+            while (await traced_engine.ametrics()).get("vllm:num_requests_running", 0.0) < 1:
+                assert asyncio.get_running_loop().time() < deadline, "vLLM never ran the non-streamed request"
+            unary.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await unary
+            left = await asyncio.to_thread(collector.wait_for, lambda spans: [
+                span for span in spans if span.kind == "SERVER" and span.service == "stack-gateway"
+                and span.attributes.get("http.response.status_code") == 499], timeout=DEADLINE)
+    stream_trace = await asyncio.to_thread(collector.wait_for, lambda spans: [
+        span for span in spans if span.trace_id == streamed.headers["x-trace-id"] and span.kind in ("SERVER", "CLIENT")
+        and span.service == "stack-gateway"] if len([span for span in spans if span.trace_id == streamed.headers[
+            "x-trace-id"] and span.service == "stack-gateway"]) >= 2 else None, timeout=DEADLINE)
+    server = next(span for span in stream_trace if span.kind == "SERVER")
+    assert server.attributes["gateway.stream.ending"] == "client_disconnect"
+    unary_call = next(span for span in collector.trace(left[0].trace_id) if span.kind == "CLIENT")
+    for call in (next(span for span in stream_trace if span.kind == "CLIENT"), unary_call):
+        assert call.attributes["error.type"] == "client_disconnect" and call.status == 2
 
 
 # --- a fleet of two: the engine directly, and the same engine through a proxy the test shuts ---------

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from sqlalchemy.dialects import postgresql, sqlite
@@ -99,29 +100,33 @@ class UsageLedger:
             return True
 
     async def _write_each(self, batch: dict[tuple, list]) -> bool:
-        """A batch with a refused row: each row alone, the refused ones dropped, the rest as usual."""
-        left: dict[tuple, list] = {}
-        for row_key, sums in batch.items():
+        """A batch with a refused row: each row alone, the refused ones dropped. Bounded like one flush:
+        past ``FLUSH_TIMEOUT_SECONDS``, or at the first failure that is no refusal (the database
+        failing), the rows not written yet wait for the next flush (which goes on from them)."""
+        rows = list(batch.items())
+        deadline = time.monotonic() + FLUSH_TIMEOUT_SECONDS
+        for position, (row_key, sums) in enumerate(rows):
+            if time.monotonic() > deadline:
+                self._failed(dict(rows[position:]), TimeoutError())
+                return False
             try:
                 async with asyncio.timeout(FLUSH_TIMEOUT_SECONDS):
                     await self._write({row_key: sums})
             except (SQLAlchemyError, OSError, TimeoutError, *UNWRAPPED) as exc:
                 reason = refused_value(exc)
                 if reason is None:
-                    left[row_key] = sums
-                    continue
+                    self._failed(dict(rows[position:]), exc)
+                    return False
                 self.refused += sums[0]
                 log.warning("usage ledger: a row the database refused was dropped (model %r, route %r): %s",
                             row_key[4], row_key[5], reason)
-        if left:
-            self._failed(left, None)
-        return not left
+        return True
 
-    def _failed(self, batch: dict[tuple, list], exc: BaseException | None) -> None:
+    def _failed(self, batch: dict[tuple, list], exc: BaseException) -> None:
         self.failed_flushes += 1
         self._merge_back(batch)
         log.warning("usage ledger: %d row(s) not written (%s); kept for the next flush",
-                    len(batch), type(exc).__name__ if exc is not None else "the database failed")
+                    len(batch), type(exc).__name__)
 
     async def _write(self, batch: dict[tuple, list]) -> None:
         rows = [dict(zip(ROW_KEY, key, strict=True)) | dict(zip(SUMS, sums, strict=True))

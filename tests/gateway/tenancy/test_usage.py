@@ -113,6 +113,30 @@ async def test_a_row_the_database_refuses_is_dropped_alone_and_the_others_are_wr
     assert await ledger.flush()
 
 
+async def test_a_database_failing_while_rows_are_written_one_by_one_keeps_the_rest_for_the_next_flush(engine):
+    clock = Clock()
+    ledger = UsageLedger(engine, clock=clock)
+    for model in ("m1", "m\ud800", "m2", "m3"):
+        record(ledger, model=model)
+    write, tried = ledger._write, []
+
+    async def failing_at_m2(batch):
+        if len(batch) == 1:
+            tried.append(next(iter(batch))[4])
+            if tried[-1] == "m2":
+                raise OSError("the database went away")
+        await write(batch)
+
+    ledger._write = failing_at_m2
+    assert not await ledger.flush()
+    assert tried == ["m1", "m\ud800", "m2"]  # none tried after the database failed
+    assert ledger.refused == 1 and ledger.pending_rows == 2 and ledger.failed_flushes == 1
+    ledger._write = write
+    assert await ledger.flush() and ledger.pending_rows == 0
+    models = await usage_report(engine, start=clock.now, end=clock.now, group_by="model")
+    assert {row["model"]: row["requests"] for row in models} == {"m1": 1, "m2": 1, "m3": 1}
+
+
 async def test_a_dead_database_keeps_the_rows_bounded_and_writes_them_when_it_is_back(tmp_path):
     clock = Clock()
     dead = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing/dir/none.db")  # cannot be opened

@@ -56,7 +56,8 @@ QUEUED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messag
 # The client routes (POST) whose requests queue: the middleware's admission leaves their in-flight caps
 # to flow control (``Admission.defer``). A route missing here still works: its request is refused at
 # the caps at once, and hands its admission slot over if it queues.
-QUEUED_ROUTES = QUEUED_PATHS | {"/chat/completions", "/completions", "/responses", "/v1/v1/messages"}
+QUEUED_ROUTES = QUEUED_PATHS | {"/chat/completions", "/completions", "/responses", "/v1/v1/messages",
+                                 "/generate", "/generate/raw", "/chat"}  # (the code API's: each one engine call)
 QUEUE_WAIT_HEADER = "x-queue-wait-ms"
 _HEADER = PRIORITY_HEADER.encode()
 # What a request may ask to generate, under each protocol's name for it: the estimate's second half.

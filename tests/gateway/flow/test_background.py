@@ -108,3 +108,17 @@ async def test_without_flow_control_a_background_run_at_the_cap_is_refused_at_on
         refused = await client.post(RESPONSES, json=background_body(), headers=bearer(READ_KEY))
         await let_go(held)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+
+
+async def test_a_code_api_request_over_max_inflight_waits_its_turn_instead_of_a_429(make_settings, fake_engine):
+    # /generate queues in flow control like /v1/completions; its route was still counted by the
+    # middleware's in-flight caps, which refused it at once (429) while the gateway's slot was taken.
+    async with serving(gateway_settings(make_settings)) as client:
+        held = await hold_the_gateway(client, fake_engine)
+        code = asyncio.create_task(client.post("/generate", json={"prompt": "def f():", "max_tokens": 4},
+                                               headers=bearer(READ_KEY)))
+        await queued(client.app, 1)
+        await let_go(held)
+        answered = await asyncio.wait_for(code, DEADLINE)
+    assert answered.status_code == 200, answered.text
+    assert [received.path for received in fake_engine.received] == [CHAT, "/v1/completions"]

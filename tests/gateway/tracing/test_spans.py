@@ -10,6 +10,7 @@ with vLLM's own spans joining the trace: tests/gateway/tracing/test_real_engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 
@@ -22,6 +23,23 @@ from tests.support.gateway import serving
 SECRET_PROMPT = "my password is hunter2, please remember it"
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
+
+
+@contextlib.contextmanager
+def access_log_lines():
+    """The access log's JSON lines written while inside, as the gateway formats them."""
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    access = logging.getLogger("gateway.access")
+    access.addHandler(handler)
+    level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
 
 
 def chat(stream: bool = False, **extra) -> dict:
@@ -157,19 +175,9 @@ async def test_probes_are_not_traced(make_settings, receiver):
 
 
 async def test_every_log_line_of_a_traced_request_carries_its_trace_id(make_settings, receiver):
-    lines = io.StringIO()
-    handler = logging.StreamHandler(lines)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("gateway.access")
-    access.addHandler(handler)
-    level = access.level
-    access.setLevel(logging.INFO)
-    try:
+    with access_log_lines() as lines:
         async with serving(make_settings(**traced(receiver), access_log=True)) as client:
             response = await client.post("/v1/chat/completions", json=chat())
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(level)
     entries = [orjson.loads(line) for line in lines.getvalue().splitlines()]
     mine = [entry for entry in entries if entry.get("request_id") == response.headers["x-request-id"]]
     assert mine and all(entry["trace_id"] == response.headers["x-trace-id"] for entry in mine)
@@ -194,14 +202,7 @@ async def test_a_span_that_is_no_genai_call_is_named_by_its_route_never_its_path
 async def test_requests_refused_before_any_route_carry_their_trace_id_in_header_log_and_span(make_settings, receiver):
     """A 401 (a wrong key), a 413 (a body over the limit) and a 400 (a Content-Length that is no
     number): the middleware answers before routing, and each still has its trace."""
-    lines = io.StringIO()
-    handler = logging.StreamHandler(lines)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("gateway.access")
-    access.addHandler(handler)
-    level = access.level
-    access.setLevel(logging.INFO)
-    try:
+    with access_log_lines() as lines:
         async with serving(make_settings(**traced(receiver), access_log=True, api_keys=["sk-the-right-key-0123"],
                                          max_body_bytes=1024)) as client:
             refused = [
@@ -211,9 +212,6 @@ async def test_requests_refused_before_any_route_carry_their_trace_id_in_header_
                 await client.post("/v1/chat/completions", content=b"{}", headers={
                     "authorization": "Bearer sk-the-right-key-0123", "content-length": "two"}),
             ]
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(level)
     assert [response.status_code for response in refused] == [401, 413, 400]
     entries = [orjson.loads(line) for line in lines.getvalue().splitlines()]
     for response in refused:

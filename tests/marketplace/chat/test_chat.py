@@ -24,6 +24,7 @@ from tests.marketplace.support import (
     running_app,
     settings,
 )
+from tests.support.asgi_client import post_then_leave
 from tests.support.fake_engine import running_fake_engine
 from tests.support.waiting import until
 
@@ -283,27 +284,11 @@ async def test_a_client_that_leaves_a_chat_cancels_its_engine_request(client, fa
     user = await add_user(client, location={"lat": JAKARTA[0], "lng": JAKARTA[1]})
     fake_engine.mode = "hang"
     payload = json.dumps({"user_id": user["id"], "message": "laptop gaming"}).encode()
-    client_left = asyncio.Event()
-    inbox = [{"type": "http.request", "body": payload, "more_body": False}]
-
-    async def receive() -> dict:
-        if inbox:
-            return inbox.pop(0)
-        await client_left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        pass
-
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-               *((name.lower().encode(), value.encode()) for name, value in APP.items())]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": "/api/chat", "raw_path": b"/api/chat", "query_string": b"",
-             "root_path": "", "server": ("gateway", 80), "client": ("127.0.0.1", 5000), "headers": headers}
-    call = asyncio.create_task(client.app(scope, receive, send))
+    call = post_then_leave(client.app, "/api/chat", payload,
+                           [(name.lower().encode(), value.encode()) for name, value in APP.items()])
     await until(lambda: any(r.path == "/v1/chat/completions" for r in fake_engine.received), 10.0,
                 what="the chat's engine request")
-    client_left.set()
+    call.left.set()
     await asyncio.wait_for(fake_engine.request_aborted.wait(), 10)
-    await asyncio.wait_for(call, 10)
+    await asyncio.wait_for(call.task, 10)
     assert await count_rows(client, "messages") == 0  # nothing answered, nothing stored

@@ -19,6 +19,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.engines.device import reported_device
 from gateway.engines.errors import BadGateway, EngineTimeout, EngineUnavailable
+from tests.support.asgi_client import post_then_leave
 from tests.support.codegen_fakes import (
     MODEL_NOT_LOADED,
     FakeEngineState,
@@ -281,27 +282,9 @@ class HangingUpstream(FakeUpstream):
 async def test_a_client_that_leaves_cancels_the_engine_request(gateway, path, body):
     upstream = HangingUpstream()
     gateway.app.state.gateway.engines = upstream
-    payload = orjson.dumps(body)
-    client_left = asyncio.Event()
-    inbox = [{"type": "http.request", "body": payload, "more_body": False}]
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        if inbox:
-            return inbox.pop(0)
-        await client_left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "root_path": "", "server": ("gateway", 80), "client": ("127.0.0.1", 5000),
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]}
-    call = asyncio.create_task(gateway.app(scope, receive, send))
+    call = post_then_leave(gateway.app, path, orjson.dumps(body))
     await asyncio.wait_for(upstream.generating.wait(), 5)
-    client_left.set()
-    await asyncio.wait_for(call, 5)
+    call.left.set()
+    await asyncio.wait_for(call.task, 5)
     assert upstream.cancelled.is_set()
-    assert sent[0]["status"] == 499
+    assert call.sent[0]["status"] == 499

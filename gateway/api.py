@@ -77,7 +77,10 @@ class Feature(Protocol):
     also have ``public_paths`` (a frozenset of exact paths it serves without an API key, such
     as the playground's files); every other path needs a key when the gateway has keys, or
     the feature's own end-user token: a feature with a ``token_authenticator``
-    (``gateway.http.auth.TokenAuthenticator``) has its tokens accepted on the paths it names."""
+    (``gateway.http.auth.TokenAuthenticator``) has its tokens accepted on the paths it names, and
+    ``queued_paths`` (a frozenset of POST paths whose requests call the engine through
+    :class:`Gateway`): with flow control on they wait their turn over ``MAX_INFLIGHT`` in its queue
+    like the engine API's, instead of being refused at once by the in-flight caps."""
 
     name: str
     settings: BaseSettings    # the feature's own settings (its environment variables)

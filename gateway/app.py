@@ -192,6 +192,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
         responses.runs.on_ended = jobs.response_ended
     factories = selected(settings.features, installed_features() if features is None else features)
     plugged: list[Feature] = [factory(gateway) for factory in factories.values()]
+    # Features' routes whose engine calls wait their turn in flow control, as the code API's do.
+    admission.defer_also(frozenset().union(*(getattr(feature, "queued_paths", ()) for feature in plugged)))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -49,6 +49,9 @@ class Marketplace:
         self.gazetteer: Gazetteer | None = None
         self.cursors: CursorSigner | None = None
         self.token_authenticator = UserTokens(self)  # end-user tokens, asked by the gateway's middleware
+        # Its engine call waits in the gateway's flow control; AI search is left to the caps: refused, it
+        # falls back to its rules at once, which a search box wants more than a wait.
+        self.queued_paths = frozenset({"/api/chat"})
         self.availability = Availability(bring_up=self._bring_up_database, probe=self._probe_database,
                                          retry_seconds=settings.marketplace_db_retry_seconds,
                                          retry_max_seconds=settings.marketplace_db_retry_max_seconds)

@@ -63,6 +63,12 @@ class Admission:
         self.on_leave = on_leave
         self.granted = granted
 
+    def defer_also(self, paths: Iterable[str]) -> None:
+        """More POST paths counted by flow control instead (features' routes that call the engine), when
+        flow control took any (``defer``); without flow control every request is counted here."""
+        if self.on_leave is not None:
+            self.deferred = self.deferred | frozenset(paths)
+
     def counts(self, method: str, path: str) -> bool:
         return not (method == "POST" and path in self.deferred)
 

@@ -292,3 +292,24 @@ async def test_a_client_that_leaves_a_chat_cancels_its_engine_request(client, fa
     await asyncio.wait_for(fake_engine.request_aborted.wait(), 10)
     await asyncio.wait_for(call.task, 10)
     assert await count_rows(client, "messages") == 0  # nothing answered, nothing stored
+
+
+async def test_a_chat_over_max_inflight_waits_its_turn_instead_of_a_429(database_url, fake_engine):
+    # The marketplace names /api/chat in its ``queued_paths``: its engine call queues in flow control, so
+    # the middleware must not count the route too (it refused the chat at once, 429, while the gateway's
+    # one slot was taken, though its engine call would have waited its turn).
+    settings = make_settings(database_url=database_url, vllm_base_url=fake_engine.base_url, max_inflight=1)
+    async with running_app(settings) as client:
+        user = await add_user(client, location={"lat": JAKARTA[0], "lng": JAKARTA[1]})
+        fake_engine.answer_hold = asyncio.Event()
+        held = asyncio.create_task(client.post("/v1/chat/completions", headers=READ, json={
+            "model": "fake-qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
+        await until(lambda: len(fake_engine.received) == 1, 10.0, what="the engine holding the first request")
+        asked = asyncio.create_task(chat(client, user_id=user["id"], message="laptop gaming"))
+        scheduler = client.app.state.gateway.relay.flow.scheduler
+        await until(lambda: scheduler.queued() == 1, 10.0, what="the chat waiting in the queue")
+        fake_engine.answer_hold.set()
+        first, answered = await asyncio.wait_for(asyncio.gather(held, asked), 10)
+    assert first.status_code == 200, first.text
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["answer"] == "tok " * 8

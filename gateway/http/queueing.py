@@ -171,14 +171,7 @@ def _band(flow: FlowControl, request: RequestContext, body: bytes | None, band: 
             if name == _HEADER:
                 header = value.decode("latin-1")
                 break
-    payload = None
-    if body and (b'"priority"' in body or b'"service_tier"' in body):
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            payload = None
-        if not isinstance(payload, dict):
-            payload = None
+    payload = _json_object(body) if body and (b'"priority"' in body or b'"service_tier"' in body) else None
     chosen = resolve_band(bands, allowed, requested_band(bands, header, payload))
     if payload is not None and isinstance(payload.get(BODY_FIELD), str):
         bands.named(BODY_FIELD, payload[BODY_FIELD])  # a bad name is a 400 even when the header decided
@@ -197,16 +190,20 @@ def _without_engine_priority(body: bytes | None) -> bytes | None:
     the gateway sent no header of its own (``FLOW_CONTROL=false``, or ``ENGINE_SCHEDULING_POLICY``
     left at ``fcfs`` in front of such engines).
     """
-    if not body or b'"priority"' not in body:
-        return body
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
-    if not isinstance(payload, dict) or not isinstance(payload.get(BODY_FIELD), int):
+    payload = _json_object(body) if body and b'"priority"' in body else None
+    if payload is None or not isinstance(payload.get(BODY_FIELD), int):
         return body
     del payload[BODY_FIELD]
     return orjson.dumps(payload)
+
+
+def _json_object(body: bytes) -> dict | None:
+    """``body`` parsed, when it is a JSON object (anything else is the protocol's to refuse)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 # --- at the engine client ---------------------------------------------------------------------

@@ -225,5 +225,4 @@ def _keys_acting_for_users(settings: Settings) -> frozenset[str]:
     """The key ids of the configured app and admin keys (the middleware's KeyRing, built the same way)."""
     if not settings.auth_enabled:
         return frozenset({LOCAL_PRINCIPAL.key_id})
-    ring = KeyRing.from_settings(settings)
-    return frozenset(principal.key_id for _, principal in ring._entries if principal.acts_for_users)
+    return KeyRing.from_settings(settings).acting_for_users_ids

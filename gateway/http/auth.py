@@ -133,6 +133,11 @@ class KeyRing:
         return frozenset(principal.key_id for _, principal in self._entries)
 
     @property
+    def acting_for_users_ids(self) -> frozenset[str]:
+        """The key ids of the app and admin keys: those that may issue and vouch for end users' tokens."""
+        return frozenset(principal.key_id for _, principal in self._entries if principal.acts_for_users)
+
+    @property
     def owner_ids(self) -> frozenset[str]:
         """The key ids the requests these keys let in carry: the local principal's when there are none."""
         return self.key_ids if self.enabled else frozenset({LOCAL_PRINCIPAL.key_id})

@@ -10,8 +10,6 @@ it costs more than a few steps.
 
 from __future__ import annotations
 
-import logging
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -21,6 +19,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from gateway.files.service import Upload
 from gateway.http.errors import GatewayError
 from gateway.http.inputs import NUL
+from gateway.http.multipart import boundary_of as multipart_boundary
 
 MAX_PARTS = 16
 MAX_HEADERS = 8
@@ -28,19 +27,10 @@ MAX_FIELD_BYTES = 1024
 # What an upload's body may hold beyond its file (boundaries, part headers, the fields): the
 # request-body limit of the upload route is FILES_MAX_BYTES plus this, the file itself exactly FILES_MAX_BYTES.
 MULTIPART_FRAMING_BYTES = 64 * 1024
-_BOUNDARY = re.compile(r'boundary="?([^";,]+)"?', re.I)
-
-logging.getLogger("python_multipart").setLevel(logging.ERROR)
 
 
 def boundary_of(content_type: str) -> bytes:
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise GatewayError(400, "this route takes a multipart/form-data body (the file and its purpose)",
-                           param="content-type")
-    found = _BOUNDARY.search(content_type)
-    if found is None:
-        raise GatewayError(400, "the multipart Content-Type has no boundary", param="content-type")
-    return found.group(1).encode("latin-1")
+    return multipart_boundary(content_type, holds="the file and its purpose")
 
 
 @dataclass

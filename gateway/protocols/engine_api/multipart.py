@@ -25,36 +25,23 @@ Each is counted by a scan in C before the parse, or as the parser goes. The wors
 
 from __future__ import annotations
 
-import logging
-import re
 from collections.abc import Callable
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from gateway.http.errors import GatewayError
+from gateway.http.multipart import boundary_of as multipart_boundary
 
-_BOUNDARY = re.compile(r'boundary="?([^";,]+)"?', re.I)
 MAX_PARTS = 2000
 MAX_HEADERS = 8
 MAX_PADDING = 64
 MAX_DISPOSITION_PARAMETERS = 8
 MODEL = b"model"
 
-# The parser logs a warning for each body it refuses, without the request's id; the 400 says it
-# to the client and the access log records the request.
-logging.getLogger("python_multipart").setLevel(logging.ERROR)
-
 
 def boundary_of(content_type: str) -> bytes:
-    """The multipart boundary of ``content_type``; a 400 when it is not multipart/form-data."""
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise GatewayError(400, "this route takes a multipart/form-data body (an audio file and its fields)",
-                           param="content-type")
-    found = _BOUNDARY.search(content_type)
-    if found is None:
-        raise GatewayError(400, "the multipart Content-Type has no boundary", param="content-type")
-    return found.group(1).encode("latin-1")
+    return multipart_boundary(content_type, holds="an audio file and its fields")
 
 
 def with_model(body: bytes, content_type: str, resolve: Callable[[str | None], str | None]) -> tuple[bytes, str | None]:

@@ -96,6 +96,12 @@ class AccessLog:
 
 _json_handler: logging.StreamHandler | None = None  # the handler configure_logging installed
 
+# Libraries that write the data they handle into their DEBUG lines: aiosqlite logs every
+# statement with its bound values (prompts, uploaded files' bytes, key digests, webhook signing
+# secrets, the marketplace's signing key). ``LOG_LEVEL=debug`` turns on the gateway's own debug
+# lines; these loggers stay at INFO whatever the level, so no level writes secrets or personal data.
+DATA_LOGGERS = ("aiosqlite",)
+
 
 def _sole_json_handler(logger: logging.Logger) -> logging.StreamHandler | None:
     """The JSON handler, if an INFO record of ``logger`` would reach it and nothing else (else None).
@@ -136,6 +142,8 @@ def configure_logging(level: str = "info") -> None:
     root.handlers[:] = [handler]
     _json_handler = handler
     root.setLevel(level.upper())
+    for name in DATA_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.INFO, root.level))
     for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = []

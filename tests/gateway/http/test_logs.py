@@ -6,6 +6,7 @@ import io
 import logging
 import time
 
+import aiosqlite
 import orjson
 import pytest
 
@@ -54,7 +55,7 @@ def json_logging():
              logging.logProcesses, logging.logMultiprocessing)
     saved_loggers = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate,
                             logging.getLogger(name).disabled, logging.getLogger(name).level)
-                     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aiohttp.access")}
+                     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aiohttp.access", *logs.DATA_LOGGERS)}
     logs.configure_logging("info")
     buffer = io.StringIO()
     logs._json_handler.setStream(buffer)
@@ -126,3 +127,24 @@ def test_a_filter_or_a_level_above_info_is_respected(json_logging):
     logger.addFilter(lambda record: False)
     logs.AccessLog(logger).write(FIELDS)
     assert json_logging.getvalue() == ""
+
+
+# --- LOG_LEVEL=debug: the gateway's own debug lines, never the data libraries log at DEBUG ---
+
+async def test_debug_logs_hold_no_bound_value_of_a_sqlite_statement(json_logging, tmp_path):
+    """aiosqlite's DEBUG lines carry every statement's parameters (prompts, digests, signing secrets)."""
+    logs.configure_logging("debug")
+    logs._json_handler.setStream(json_logging)
+    async with aiosqlite.connect(tmp_path / "t.db") as db:
+        await db.execute("CREATE TABLE secrets (value TEXT)")
+        await db.execute("INSERT INTO secrets VALUES (?)", ("whsec-a-webhook-signing-secret",))
+        await db.commit()
+    logging.getLogger("gateway.test-debug").debug("the gateway's own debug line")
+    text = json_logging.getvalue()
+    assert "whsec-a-webhook-signing-secret" not in text
+    assert "the gateway's own debug line" in text  # debug is on, for the gateway's own lines
+
+
+def test_a_quieter_level_keeps_data_loggers_as_quiet(json_logging):
+    logs.configure_logging("warning")
+    assert not logging.getLogger("aiosqlite").isEnabledFor(logging.INFO)

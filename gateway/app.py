@@ -51,6 +51,7 @@ from gateway.http.raw_routes import (
     multipart_paths,
     register_shapes,
 )
+from gateway.http.request_head import BoundedHttpToolsProtocol
 from gateway.protocols.admin.routes import ADMIN_PREFIX, admin_router
 from gateway.protocols.anthropic.dialect import ANTHROPIC
 from gateway.protocols.anthropic.paths import anthropic_paths
@@ -130,8 +131,15 @@ class GatewayApp(FastAPI):
 
 
 def create_served_app() -> FastAPI:
-    """The app ``stack-gateway`` serves: the gateway of the environment's settings, its heap frozen once started."""
-    return create_app(freeze_heap_when_started=True)
+    """The app ``stack-gateway`` serves: the gateway of the environment's settings, its heap frozen once started.
+
+    It also sets the request head's bounds of the served process's HTTP protocol
+    (``gateway.http.request_head``): this runs in every worker process, which reads the settings anew.
+    """
+    settings = Settings()
+    BoundedHttpToolsProtocol.configure(max_head_bytes=settings.request_head_max_bytes,
+                                       head_timeout=settings.request_head_timeout_seconds)
+    return create_app(settings, freeze_heap_when_started=True)
 
 
 def create_app(settings: Settings | None = None, *, features: dict[str, FeatureFactory] | None = None,

@@ -13,6 +13,7 @@ import uvicorn
 
 from gateway.config import Settings
 from gateway.http.logs import configure_logging
+from gateway.http.request_head import BoundedHttpToolsProtocol
 
 log = logging.getLogger("gateway.cli")
 
@@ -41,7 +42,9 @@ def main() -> None:
         reload=settings.reload,
         workers=None if settings.reload else settings.workers,
         loop="uvloop",
-        http="httptools",
+        # httptools, with bounds on the request head's size and time (REQUEST_HEAD_*), which
+        # create_served_app sets in each serving process.
+        http=BoundedHttpToolsProtocol,
         log_config=None,
         access_log=False,
         timeout_keep_alive=75,  # longer than typical client/proxy idle timeouts

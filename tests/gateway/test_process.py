@@ -8,6 +8,7 @@ process's memory (VmRSS) afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import signal
 
@@ -220,3 +221,93 @@ async def test_500_concurrent_streams_then_memory_returns_near_its_start(fake_en
                    rss_after_second_burst_mb=round(after_again / mb, 1))
     assert after - start < 30 * mb, (start / mb, after / mb)
     assert after_again - after < 15 * mb, (after / mb, after_again / mb)
+
+
+# --- the request head: its size and its time are bounded (gateway.http.request_head) ---
+
+async def exchange(port: int, head: bytes, *, then: bytes = b"", timeout: float = 20) -> bytes:
+    """Send ``head`` (then ``then``, as fast as the connection takes it) and read until the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(4000):  # up to 32 MB of more head, unless the server cuts it short
+                if not then:
+                    break
+                writer.write(then)
+                await writer.drain()
+        return await asyncio.wait_for(reader.read(), timeout)
+    except ConnectionResetError:  # the server closed with unread bytes in its buffer (a reset)
+        return b""
+    finally:
+        writer.close()
+
+
+async def test_a_request_head_over_its_bound_is_a_431_and_takes_no_memory(fake_engine, tmp_path):
+    gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", SESSION_STORE="off",
+                                   REQUEST_HEAD_MAX_BYTES="16384").start()
+    try:
+        start = rss_bytes(gateway.process.pid)
+        many = b"".join(b"X-Header-%d: %s\r\n" % (i, b"v" * 100) for i in range(200))  # 200 headers, 22 KB
+        one_big = b"X-Big: " + b"v" * 20_000 + b"\r\n"
+        answers = [
+            await exchange(gateway.port, b"GET /livez HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n"),
+            await exchange(gateway.port, b"GET /livez HTTP/1.1\r\nHost: x\r\n" + one_big + b"\r\n"),
+            await exchange(gateway.port, b"GET /livez?" + b"q" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ]
+        # One header without end: 32 MB of it, unless the gateway stops reading it first.
+        flood = await exchange(gateway.port, b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Flood: ", then=b"f" * 8192)
+        grown = rss_bytes(gateway.process.pid) - start
+        async with httpx.AsyncClient(timeout=10) as client:
+            fine = await client.get(gateway.base_url + "/livez", headers={"X-Header": "v" * 10_000})
+    finally:
+        await gateway.stop()
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+        assert b"REQUEST_HEAD_MAX_BYTES" in answer
+    assert flood == b"" or flood.startswith(b"HTTP/1.1 431 "), flood[:200]
+    assert grown < 16 * 1024 * 1024, f"the gateway's memory grew by {grown} bytes"  # (32 MB were sent)
+    assert fine.status_code == 200  # a head within the bound is served
+
+
+async def test_a_request_head_sent_slowly_is_a_408_and_a_silent_connection_is_closed(fake_engine, tmp_path):
+    gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", SESSION_STORE="off",
+                                   REQUEST_HEAD_TIMEOUT_SECONDS="1").start()
+    try:
+        loop = asyncio.get_running_loop()
+        # Slow-loris: a header line every 0.2 s, for ever; the gateway ends it at about 1 s.
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        started = loop.time()
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+
+        async def trickle() -> None:
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    await asyncio.sleep(0.2)  # the attack's pace, not a synchronisation
+                    writer.write(b"X-Slow: 1\r\n")
+                    await writer.drain()
+
+        trickling = asyncio.create_task(trickle())
+        slow = await asyncio.wait_for(reader.read(), 20)
+        slow_took = loop.time() - started
+        trickling.cancel()
+        writer.close()
+        # A connection that sends nothing is closed, without an answer.
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        silent = await asyncio.wait_for(reader.read(), 20)
+        writer.close()
+        # Idle between two requests of a kept-alive connection is no slow head (keep-alive's 75 s rule it).
+        async with httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_keepalive_connections=1)) as client:
+            first = await client.get(gateway.base_url + "/livez")
+            await asyncio.sleep(1.5)  # longer than the head's bound, idle
+            second = await client.get(gateway.base_url + "/livez")
+            kept = [answer.extensions["network_stream"].get_extra_info("client_addr") for answer in (first, second)]
+            streamed = await client.post(gateway.base_url + "/v1/chat/completions", json=chat(8))
+    finally:
+        await gateway.stop()
+    assert slow.startswith(b"HTTP/1.1 408 "), slow[:200]
+    assert b"REQUEST_HEAD_TIMEOUT_SECONDS" in slow
+    assert slow_took < 10
+    assert silent == b""
+    assert first.status_code == second.status_code == streamed.status_code == 200
+    assert kept[0] == kept[1]  # the same connection both times

@@ -145,7 +145,9 @@ class Deliverer:
             headers = signing.headers(secret, event_id, int(time.time()), body)
             async with self.session().post(url, data=body, headers=headers, allow_redirects=False,
                                            timeout=aiohttp.ClientTimeout(total=self.timeout)) as response:
-                await response.read()
+                # The status is the answer; the body is never read: a receiver's body of any size
+                # (or one that never ends) must not fill memory or hold the slot (the connection
+                # is closed on leaving: force_close).
                 return response.status, None if response.status < 300 else f"HTTP {response.status}", False
         except DestinationRefused as refused:
             return None, f"refused: {refused}"[:255], True

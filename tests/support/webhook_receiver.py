@@ -23,11 +23,20 @@ class WebhookReceiver:
     deliveries: list[Delivery] = field(default_factory=list)
     url: str = ""
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    endless_body: bool = False  # answer with a body that never ends (what a hostile receiver may do)
 
-    async def _receive(self, request: web.Request) -> web.Response:
+    async def _receive(self, request: web.Request) -> web.StreamResponse:
         self.deliveries.append(Delivery({k.lower(): v for k, v in request.headers.items()}, await request.read()))
         self.arrived.set()
-        return web.Response(status=self.statuses.pop(0) if self.statuses else 200)
+        status = self.statuses.pop(0) if self.statuses else 200
+        if not self.endless_body:
+            return web.Response(status=status)
+        response = web.StreamResponse(status=status)
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            while True:  # until the sender closes the connection
+                await response.write(b"x" * 65536)
+        return response
 
     async def wait_for(self, count: int, timeout: float) -> list[Delivery]:
         async with asyncio.timeout(timeout):

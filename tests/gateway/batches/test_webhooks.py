@@ -14,6 +14,7 @@ from gateway.webhooks import signing
 from gateway.webhooks.destinations import CheckingResolver, DestinationRefused, address_allowed, parse_networks
 from tests.gateway.batches.conftest import admin, chat_line, jobs_ready, wait_status
 from tests.support.gateway import READ_KEY, running_gateway
+from tests.support.waiting import until
 from tests.support.webhook_receiver import receiving
 
 
@@ -53,6 +54,26 @@ async def test_signed_event_retried_after_a_500_with_the_same_id(jobs_settings):
             verifier.webhooks.unwrap(second.body.replace(b"completed", b"cancelled"), second.headers)
         deliveries = (await admin(base_url, "GET", f"/admin/webhooks/{created.json()['id']}/deliveries")).json()
         assert [(d["state"], d["attempts"], d["last_status"]) for d in deliveries["data"]] == [("delivered", 2, 200)]
+
+
+async def test_a_receiver_answering_an_endless_body_is_delivered_not_read(jobs_settings):
+    """The answer's status is all a delivery needs: its body is never read (it could be any size, or endless)."""
+    settings = jobs_settings(webhook_timeout_seconds=3)
+    async with receiving(endless_body=True) as receiver, running_gateway(settings) as (base_url, _):
+        await jobs_ready(base_url)
+        created = await admin(base_url, "POST", "/admin/webhooks",
+                              json={"url": receiver.url, "key_id": key_id_of(settings), "events": ["batch.completed"]})
+        await run_batch(base_url)
+        await receiver.wait_for(1, timeout=30)
+        path = f"/admin/webhooks/{created.json()['id']}/deliveries"
+
+        async def attempted() -> bool:
+            return (await admin(base_url, "GET", path)).json()["data"][0]["attempts"] >= 1
+
+        await until(attempted, timeout=30, what="the delivery's first attempt recorded", interval=0.05)
+        deliveries = (await admin(base_url, "GET", path)).json()["data"]
+    assert [(d["state"], d["attempts"], d["last_status"], d["last_error"]) for d in deliveries] == [
+        ("delivered", 1, 200, None)]
 
 
 async def test_registration_refuses_private_and_loopback_destinations(jobs_settings):

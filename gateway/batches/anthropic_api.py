@@ -31,7 +31,7 @@ from gateway.batches.model import (
     RUNNING,
     BatchRecord,
 )
-from gateway.batches.store import BatchStore
+from gateway.batches.store import BatchStore, check_room
 from gateway.batches.worker import BatchWorker
 from gateway.http.auth import PrincipalDep
 from gateway.http.errors import GatewayError
@@ -141,6 +141,8 @@ def anthropic_batches_router(store: BatchStore, worker: BatchWorker) -> APIRoute
     async def create(request: Request, principal: PrincipalDep) -> dict:
         batch_id = ids.batch_id(ANTHROPIC)
         lines = _lines(await request.body(), batch_id, worker.settings.batch_max_lines)
+        await check_room(worker.files, store, owner_of(principal), sum(len(line["body"]) for line in lines),
+                         param="requests")
         now = time.time()
         record = await store.create({
             "id": batch_id, "owner": owner_of(principal), "api": ANTHROPIC, "endpoint": MESSAGES_ENDPOINT,

@@ -23,7 +23,7 @@ from gateway.batches.model import (
     VALIDATING,
     BatchRecord,
 )
-from gateway.batches.store import BatchStore
+from gateway.batches.store import BatchStore, check_room
 from gateway.batches.worker import BatchWorker
 from gateway.files.service import Files
 from gateway.http.auth import PrincipalDep
@@ -135,6 +135,7 @@ def openai_batches_router(store: BatchStore, files: Files, worker: BatchWorker) 
         if file.purpose != "batch":
             raise GatewayError(400, "input_file_id must name a file uploaded with purpose 'batch'",
                                param="input_file_id")
+        await check_room(files, store, owner, file.bytes, param="input_file_id")  # its lines copy the file
         now = time.time()
         record = await store.create({
             "id": ids.batch_id(OPENAI), "owner": owner, "api": OPENAI, "endpoint": body["endpoint"],

@@ -22,6 +22,7 @@ from gateway.batches.model import (
     DONE,
     ENDED,
     FINALIZING,
+    OPENAI,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -30,6 +31,7 @@ from gateway.batches.model import (
     LineRun,
 )
 from gateway.database.tables.jobs import batch_lines, batches
+from gateway.files.service import Files
 from gateway.http.errors import GatewayError
 from gateway.jobs import ids
 from gateway.jobs.paging import Page
@@ -133,6 +135,21 @@ class BatchStore:
             await connection.execute(sa.update(batches).where(batches.c.id == record.id).values(
                 deleted_at=time.time()))
             await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id == record.id))
+
+    async def stored_bytes(self, owner: str) -> int:
+        """What ``owner``'s batches keep in the lines table: their requests' and answers' text.
+
+        An OpenAI batch's lines go when it ends (its results are then its files); a Message
+        Batch's are its results, kept until it is deleted. Counted with the key's files against
+        ``FILES_QUOTA_BYTES_PER_KEY`` when a batch is created (``check_room``).
+        """
+        size = sa.func.length(batch_lines.c.body) + sa.func.coalesce(sa.func.length(batch_lines.c.response), 0)
+        async with self.db.begin() as connection:
+            stored = (await connection.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(size), 0))
+                .select_from(batch_lines.join(batches, batches.c.id == batch_lines.c.batch_id))
+                .where(batches.c.owner == owner))).scalar()
+        return int(stored or 0)
 
     async def line_counts(self, batch_id: str) -> dict[str, int]:
         """Lines by outcome (``pending`` and ``running`` for those not done)."""
@@ -343,9 +360,29 @@ class BatchStore:
                 self._held(record.id, epoch), batches.c.status.in_((FINALIZING, "validating"))).values(
                 {"status": status, f"{status}_at": now, "output_file_id": output_file_id,
                  "error_file_id": error_file_id, "lease_owner": None, "lease_until": None}))).rowcount
+            if ended and record.api == OPENAI:
+                # Its results are in its output and error files now (written before this): the
+                # lines, a copy of the input with every answer, would only stay as storage nobody
+                # reads or counts, however many batches a key ran or cancelled.
+                await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id == record.id))
             if ended and event:
                 await _publish(connection, record, status)
         return bool(ended)
+
+
+async def check_room(files: Files, store: BatchStore, owner: str, adding: int, *, param: str) -> None:
+    """Refuse a new batch whose copy of ``adding`` bytes would take the key past its storage quota.
+
+    A key keeps its files and its batches' lines; ``FILES_QUOTA_BYTES_PER_KEY`` bounds both
+    (400 ``storage_quota_exceeded``, as an upload past it), so no key can grow the database
+    without bound by creating (and cancelling) batches, each a copy of its input.
+    """
+    used = await files.used_bytes(owner) + await store.stored_bytes(owner)
+    if used + adding > files.quota_bytes:
+        raise GatewayError(400, f"this key's storage is full ({files.quota_bytes} bytes, FILES_QUOTA_BYTES_PER_KEY, "
+                                f"for its files and its batches' requests and results; {used} used, this batch "
+                                f"needs {adding} more): delete files or ended Message Batches, or wait for running "
+                                "batches to end", param=param, code="storage_quota_exceeded")
 
 
 async def _publish(connection: AsyncConnection, record: BatchRecord, status: str) -> None:

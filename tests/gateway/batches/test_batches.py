@@ -477,3 +477,68 @@ async def test_a_batch_whose_step_keeps_failing_does_not_hold_the_others_back(jo
     done = await wait_status(lambda: client.batches.retrieve(behind.id), ("completed", "failed"), timeout=30)
     assert done.status == "completed"
     assert (await client.batches.retrieve(poisoned.id)).status == "validating"
+
+
+# --- what a key keeps is bounded: its batches' lines count with its files against the quota ---
+
+def stored_lines(settings) -> int:
+    with database(settings) as connection:
+        return connection.execute("SELECT COUNT(*) FROM gateway_batch_lines").fetchone()[0]
+
+
+async def test_an_ended_batch_keeps_no_copy_of_its_lines_its_files_are_its_results(jobs_settings, fake_engine):
+    """Creating and cancelling batches in a loop grew the lines table (each a copy of the input) for ever."""
+    settings = jobs_settings()
+    async with running_gateway(settings) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        done = await submit(client, [chat_line(f"r{n}", "fake-model") for n in range(3)])
+        done = await wait_status(lambda: client.batches.retrieve(done.id), ("completed",))
+        fake_engine.response_delay = 5  # the next batch is cancelled while its first lines run
+        cancelled = await submit(client, [chat_line(f"c{n}", "fake-model") for n in range(20)])
+        await wait_status(lambda: client.batches.retrieve(cancelled.id), ("in_progress",))
+        await client.batches.cancel(cancelled.id)
+        fake_engine.response_delay = 0
+        cancelled = await wait_status(lambda: client.batches.retrieve(cancelled.id), ("cancelled",))
+        outputs = [len(await read_jsonl(client, done.output_file_id)),
+                   len(await read_jsonl(client, cancelled.output_file_id) + await read_jsonl(client, cancelled.error_file_id))]
+    assert outputs == [3, 20]  # the results are in the files
+    assert stored_lines(settings) == 0
+
+
+async def test_message_batches_count_against_the_keys_storage_quota(jobs_settings):
+    settings = jobs_settings(files_quota_bytes_per_key=4000)
+    content = "x" * 800  # one request of about 900 bytes
+
+    def requests(tag: str) -> list[dict]:
+        return [{"custom_id": tag, "params": {"model": "nope", "max_tokens": 8,
+                                              "messages": [{"role": "user", "content": content}]}}]
+
+    async with running_gateway(settings) as (base_url, _):
+        await jobs_ready(base_url)
+        client = anthropic.AsyncAnthropic(base_url=base_url, api_key=READ_KEY, max_retries=0)
+        other = anthropic.AsyncAnthropic(base_url=base_url, api_key=OTHER_KEY, max_retries=0)
+        _clients.extend([client, other])
+        kept = []
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            for n in range(10):  # each ends at once (an unknown model), its results kept until deleted
+                batch = await client.messages.batches.create(requests=requests(f"m{n}"))
+                kept.append(await wait_status(lambda: client.messages.batches.retrieve(batch.id), ("ended",)))
+        assert 2 <= len(kept) <= 4  # 4000 bytes hold a few, never ten
+        assert "FILES_QUOTA_BYTES_PER_KEY" in str(refused.value)
+        assert (await other.messages.batches.create(requests=requests("o"))).id  # another key has its own
+        await client.messages.batches.delete(kept[0].id)  # deleting an ended batch makes room
+        assert (await client.messages.batches.create(requests=requests("again"))).id
+
+
+async def test_a_batch_whose_copy_would_pass_the_quota_is_refused_naming_its_file(jobs_settings):
+    settings = jobs_settings(files_quota_bytes_per_key=3000)
+    async with running_gateway(settings) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        file = await client.files.create(file=("in.jsonl", jsonl([chat_line("r", "fake-model", "x" * 1400)])),
+                                         purpose="batch")  # about 1,550 bytes: the file and its copy pass 3000
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                        completion_window="24h")
+    assert refused.value.body["code"] == "storage_quota_exceeded" and refused.value.body["param"] == "input_file_id"

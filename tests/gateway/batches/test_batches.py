@@ -522,8 +522,8 @@ async def test_message_batches_count_against_the_keys_storage_quota(jobs_setting
         kept = []
         with pytest.raises(anthropic.BadRequestError) as refused:
             for n in range(10):  # each ends at once (an unknown model), its results kept until deleted
-                batch = await client.messages.batches.create(requests=requests(f"m{n}"))
-                kept.append(await wait_status(lambda: client.messages.batches.retrieve(batch.id), ("ended",)))
+                batch_id = (await client.messages.batches.create(requests=requests(f"m{n}"))).id
+                kept.append(await wait_status(lambda b=batch_id: client.messages.batches.retrieve(b), ("ended",)))
         assert 2 <= len(kept) <= 4  # 4000 bytes hold a few, never ten
         assert "FILES_QUOTA_BYTES_PER_KEY" in str(refused.value)
         assert (await other.messages.batches.create(requests=requests("o"))).id  # another key has its own

@@ -133,12 +133,14 @@ class GatewayApp(FastAPI):
 def create_served_app() -> FastAPI:
     """The app ``stack-gateway`` serves: the gateway of the environment's settings, its heap frozen once started.
 
-    It also sets the request head's bounds of the served process's HTTP protocol
+    It also sets the request head's and body's bounds of the served process's HTTP protocol
     (``gateway.http.request_head``): this runs in every worker process, which reads the settings anew.
     """
     settings = Settings()
     BoundedHttpToolsProtocol.configure(max_head_bytes=settings.request_head_max_bytes,
-                                       head_timeout=settings.request_head_timeout_seconds)
+                                       head_timeout=settings.request_head_timeout_seconds,
+                                       body_timeout=settings.request_body_timeout_seconds,
+                                       body_min_rate=settings.request_body_min_rate)
     return create_app(settings, freeze_heap_when_started=True)
 
 

@@ -115,9 +115,14 @@ class Settings(BaseSettings):
     max_inflight_per_key: int = Field(128, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # The request line and headers: their size (431 beyond) and the time they may take to arrive
-    # (408 beyond), which uvicorn's httptools protocol does not bound (gateway.http.request_head).
+    # (408 beyond), which uvicorn's httptools protocol does not bound (gateway.http.request_head);
+    # and the body's.
     request_head_max_bytes: int = Field(64 * 1024, ge=1024)
     request_head_timeout_seconds: float = Field(30.0, gt=0)
+    # A body must come at a pace: within this many seconds of the head's end, plus a second per
+    # REQUEST_BODY_MIN_RATE bytes received (Apache's RequestReadTimeout body=20,MinRate=500).
+    request_body_timeout_seconds: float = Field(30.0, gt=0)
+    request_body_min_rate: float = Field(500.0, gt=0)
     # Open connections per worker beyond which the server answers 503 before reading a request.
     max_connections: int = Field(4096, ge=16)
     # Web pages of these origins may call the gateway from a browser (CORS; gateway.http.cors):

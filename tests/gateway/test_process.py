@@ -237,7 +237,7 @@ async def exchange(port: int, head: bytes, *, then: bytes = b"", timeout: float 
                 writer.write(then)
                 await writer.drain()
         return await asyncio.wait_for(reader.read(), timeout)
-    except ConnectionResetError:  # the server closed with unread bytes in its buffer (a reset)
+    except ConnectionError:  # the server closed with our bytes unread (a reset), or while we wrote
         return b""
     finally:
         writer.close()
@@ -311,3 +311,40 @@ async def test_a_request_head_sent_slowly_is_a_408_and_a_silent_connection_is_cl
     assert silent == b""
     assert first.status_code == second.status_code == streamed.status_code == 200
     assert kept[0] == kept[1]  # the same connection both times
+
+
+async def test_a_stalled_body_is_ended_and_frees_its_keys_request_slots(fake_engine, tmp_path):
+    """A head, a byte of body, then nothing: such requests held their key's slots for ever (429 for its others)."""
+    gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", SESSION_STORE="off", API_KEYS="sk-stall-key-0123",
+                                   MAX_INFLIGHT_PER_KEY="4", FLOW_CONTROL="false",
+                                   REQUEST_BODY_TIMEOUT_SECONDS="1", REQUEST_BODY_MIN_RATE="500").start()
+    body = orjson.dumps(chat(4, stream=False))
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-stall-key-0123\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    try:
+        stalled = [await asyncio.open_connection("127.0.0.1", gateway.port) for _ in range(4)]
+        for _, writer in stalled:
+            writer.write(head + body[:1])
+        ends = await asyncio.gather(*(asyncio.wait_for(reader.read(), 20) for reader, _ in stalled))
+        for _, writer in stalled:
+            writer.close()
+        # A body that keeps coming (1,000 bytes a second) is read to its end, however long it takes.
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        padded = body[:-1] + b" " * (2500 - len(body)) + b"}"
+        writer.write(head.replace(b"%d" % len(body), b"%d" % len(padded)))
+        for start in range(0, len(padded), 100):
+            writer.write(padded[start:start + 100])
+            await writer.drain()
+            await asyncio.sleep(0.1)  # the client's pace, not a synchronisation
+        steady = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        writer.close()
+        async with httpx.AsyncClient(timeout=10) as client:
+            after = await client.post(gateway.base_url + "/v1/chat/completions", content=body,
+                                      headers={"Authorization": "Bearer sk-stall-key-0123"})
+    finally:
+        await gateway.stop()
+    for end in ends:
+        assert end.startswith(b"HTTP/1.1 408 "), end[:200]
+        assert b"REQUEST_BODY_TIMEOUT_SECONDS" in end
+    assert steady.startswith(b"HTTP/1.1 200 "), steady
+    assert after.status_code == 200, after.text  # the key's slots are free again

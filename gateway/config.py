@@ -293,6 +293,7 @@ class Settings(BaseSettings):
     # The largest upload (OpenAI's batch input limit); the upload route's own body limit, not MAX_BODY_BYTES.
     files_max_bytes: int = Field(200 * 1024 * 1024, ge=1)
     files_quota_bytes_per_key: int = Field(1024 * 1024 * 1024, ge=0)
+    files_max_per_key: int = Field(10_000, ge=1)  # files one key keeps (an empty one takes no quota)
     # How long a file is kept when its upload names no expiry (OpenAI keeps batch files 30 days).
     files_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
     # The address clients reach the gateway at, for the URLs it hands out (a Message Batch's results_url):

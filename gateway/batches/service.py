@@ -49,7 +49,7 @@ class OfflineJobs:
             else DirectoryBlobs(settings.files_directory)
         self.files = Files(self.db, blobs, max_bytes=settings.files_max_bytes,
                            quota_bytes=settings.files_quota_bytes_per_key,
-                           retention_seconds=settings.files_retention_seconds)
+                           retention_seconds=settings.files_retention_seconds, max_files=settings.files_max_per_key)
         self.store = BatchStore(self.db)
         self.worker = BatchWorker(self.store, self.files, executor, core.engine_state,
                                   settings, replica=replica)

@@ -60,6 +60,12 @@ class QuotaExceeded(GatewayError):
                          "delete files to upload more", param="file", code="storage_quota_exceeded")
 
 
+class TooManyFiles(GatewayError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(400, f"this key keeps {limit} files, its limit (FILES_MAX_PER_KEY): delete files to "
+                              "upload more", param="file", code="storage_quota_exceeded")
+
+
 class FileTooLarge(GatewayError):
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the file exceeds the limit of {limit} bytes (FILES_MAX_BYTES)", param="file",
@@ -68,11 +74,14 @@ class FileTooLarge(GatewayError):
 
 class Files:
     def __init__(self, db: JobsDatabase, blobs: Blobs, *, max_bytes: int, quota_bytes: int,
-                 retention_seconds: float) -> None:
+                 retention_seconds: float, max_files: int = 10_000) -> None:
         self.db = db
         self.blobs = blobs
         self.max_bytes = max_bytes
         self.quota_bytes = quota_bytes
+        # Files a key keeps (its uploads in progress and its batches' outputs included): bytes
+        # alone do not bound them, an empty file takes none of the quota but a row all the same.
+        self.max_files = max_files
         self.retention_seconds = retention_seconds
 
     # --- writing ---------------------------------------------------------------------------
@@ -86,6 +95,11 @@ class Files:
         used = await self.used_bytes(owner)
         if used >= self.quota_bytes:
             raise QuotaExceeded(self.quota_bytes)
+        async with self.db.begin() as connection:
+            kept = (await connection.execute(sa.select(sa.func.count()).select_from(files).where(
+                files.c.owner == owner))).scalar()
+        if kept >= self.max_files:
+            raise TooManyFiles(self.max_files)
         file_id = ids.file_id()
         now = time.time()
         async with self.db.begin() as connection:

@@ -116,6 +116,22 @@ async def test_size_limit_and_quota(jobs_settings, tmp_path):
         assert (await other.files.create(file=("c.jsonl", io.BytesIO(b"x" * 900)), purpose="batch")).bytes == 900
 
 
+async def test_the_number_of_files_a_key_keeps_is_bounded_empty_ones_too(jobs_settings):
+    """Empty files take none of the byte quota: without a count, a key could keep any number of them."""
+    async with running_gateway(jobs_settings(files_max_per_key=3)) as (base_url, _):
+        await jobs_ready(base_url)
+        client = sdk(base_url)
+        kept = [await client.files.create(file=(f"e{n}.jsonl", io.BytesIO(b"")), purpose="batch") for n in range(3)]
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.files.create(file=("e3.jsonl", io.BytesIO(b"")), purpose="batch")
+        other = await sdk(base_url, OTHER_KEY).files.create(file=("o.jsonl", io.BytesIO(b"")), purpose="batch")
+        await client.files.delete(kept[0].id)
+        again = await client.files.create(file=("e4.jsonl", io.BytesIO(b"")), purpose="batch")
+    assert [file.bytes for file in kept] == [0, 0, 0]
+    assert refused.value.body["code"] == "storage_quota_exceeded" and "FILES_MAX_PER_KEY" in refused.value.body["message"]
+    assert other.id and again.id  # another key has its own count; a deleted file makes room
+
+
 async def test_uploads_have_their_own_body_limit_not_max_body_bytes(jobs_settings):
     settings = jobs_settings(max_body_bytes=2048, files_max_bytes=200_000, files_quota_bytes_per_key=10**7)
     async with running_gateway(settings) as (base_url, app):

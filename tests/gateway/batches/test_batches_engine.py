@@ -70,23 +70,13 @@ def check_output(output: list[dict], count: int, max_tokens: int) -> None:
         assert line["response"]["body"]["usage"]["completion_tokens"] == max_tokens
 
 
-async def check_engine_runs(engine, before: float, count: int, database_url: str, batch_id: str) -> None:
-    """Every line ran once, but for lines that were running when their gateway died (at most its 4
-    slots): those run again. Such a line may also have finished inside the engine in the instant
-    between its last token and its recorded result, so the engine counts both of its runs; a
-    line whose result was recorded never runs again."""
-    database = create_async_engine(database_url)
-    try:
-        async with database.connect() as connection:
-            attempts = dict((await connection.execute(
-                sa.text("SELECT line, attempts FROM gateway_batch_lines WHERE batch_id = :batch"),
-                {"batch": batch_id})).all())
-    finally:
-        await database.dispose()
-    assert sorted(attempts) == list(range(1, count + 1)) and set(attempts.values()) <= {1, 2}
-    run_again = sum(1 for n in attempts.values() if n == 2)
-    assert run_again <= 4
-    assert count <= (await engine.ametrics()).get(SUCCESS, 0) - before <= count + run_again
+async def check_engine_runs(engine, before: float, count: int, slots: int) -> None:
+    """Every line ran once, but for lines that were running when their gateway died (at most its
+    ``slots``, BATCH_CONCURRENCY): those run again. Such a line may also have finished inside the
+    engine in the instant between its last token and its recorded result, so the engine counts both
+    of its runs. (Each line's result is in the output exactly once: ``check_output``. The lines
+    table, which counted each line's attempts, holds nothing of a batch once it ended.)"""
+    assert count <= (await engine.ametrics()).get(SUCCESS, 0) - before <= count + slots
 
 
 async def test_a_50_line_chat_batch_completes(idle_vllm_engine, tmp_path):
@@ -146,7 +136,7 @@ async def test_a_gateway_killed_mid_batch_restarts_and_runs_every_line_once(idle
         await second.stop()
     assert batch.request_counts.model_dump() == {"total": count, "completed": count, "failed": 0}
     check_output(output, count, max_tokens)
-    await check_engine_runs(engine, before, count, env["DATABASE_URL"], batch_id)
+    await check_engine_runs(engine, before, count, int(env["BATCH_CONCURRENCY"]))
 
 
 async def test_a_second_replica_takes_over_a_batch_whose_replica_died(idle_vllm_engine, postgres_database_url,
@@ -174,4 +164,4 @@ async def test_a_second_replica_takes_over_a_batch_whose_replica_died(idle_vllm_
             await second.stop()
     assert batch.request_counts.model_dump() == {"total": count, "completed": count, "failed": 0}
     check_output(output, count, max_tokens)
-    await check_engine_runs(engine, before, count, env["DATABASE_URL"], batch_id)
+    await check_engine_runs(engine, before, count, int(env["BATCH_CONCURRENCY"]))

@@ -134,9 +134,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._timer = None
         if self.transport.is_closing():
             return
-        busy = self.cycle is not None and not self.cycle.response_complete
-        if not self._head_started or busy:  # nothing asked yet, or an answer still being written
+        if not self._head_started:  # a new connection that asked nothing
             self.transport.close()
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head behind an answer still being written: that answer is not cut.
+            self._timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
             return
         self._refuse(408, f"the request head was not complete within {self.head_timeout:g} s "
                           "(REQUEST_HEAD_TIMEOUT_SECONDS)")

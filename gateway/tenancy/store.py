@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gateway.database.engine import detached
 from gateway.database.tables.tenancy import key_secrets, keys, state, teams
 from gateway.tenancy import ids
 from gateway.tenancy.errors import Conflict, NotFound, from_database
@@ -188,8 +189,24 @@ class KeyStore:
         return record, secret
 
     # --- resolution ------------------------------------------------------------------------
+    # The reads a request waits for (its key), under deadlines of their callers (``resolver``,
+    # ``gateway.api``): ``detached``, so a cancelled read's connection clean-up does not stretch them.
     async def resolve(self, digest: str) -> ResolvedKey | None:
         """The key whose secret has this digest, if it is not revoked (expiry is checked at use)."""
+        return await detached(self._resolve(digest))
+
+    async def resolve_id(self, key_id: str) -> ResolvedKey | None:
+        """The key ``key_id`` as its requests see it (team, limits), if it is not revoked; for what it issued.
+
+        A feature's end-user tokens count against the key that issued them (the marketplace's).
+        """
+        return await detached(self._resolve_id(key_id))
+
+    async def version(self) -> int:
+        """The version counter every change raises (what each replica polls)."""
+        return await detached(self._version())
+
+    async def _resolve(self, digest: str) -> ResolvedKey | None:
         query = (sa.select(keys, key_secrets.c.expires_at.label("secret_expires_at"), *_TEAM_COLUMNS)
                  .select_from(key_secrets.join(keys, keys.c.id == key_secrets.c.key_id)
                               .outerjoin(teams, teams.c.id == keys.c.team_id))
@@ -198,18 +215,14 @@ class KeyStore:
             row = (await db.execute(query)).mappings().first()
         return _resolved(row, as_utc(row["secret_expires_at"])) if row is not None else None
 
-    async def resolve_id(self, key_id: str) -> ResolvedKey | None:
-        """The key ``key_id`` as its requests see it (team, limits), if it is not revoked; for what it issued.
-
-        A feature's end-user tokens count against the key that issued them (the marketplace's).
-        """
+    async def _resolve_id(self, key_id: str) -> ResolvedKey | None:
         query = (sa.select(keys, *_TEAM_COLUMNS).select_from(keys.outerjoin(teams, teams.c.id == keys.c.team_id))
                  .where(keys.c.id == key_id, keys.c.revoked_at.is_(None)))
         async with self._reading() as db:
             row = (await db.execute(query)).mappings().first()
         return _resolved(row, None) if row is not None else None
 
-    async def version(self) -> int:
+    async def _version(self) -> int:
         async with self._reading() as db:
             return (await db.execute(sa.select(state.c.version).where(state.c.id == 1))).scalar_one()
 

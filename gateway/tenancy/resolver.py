@@ -111,6 +111,13 @@ class KeyResolver:
                 async with self._lookups:
                     if self.store_down and cached is None:  # (found down while this one waited)
                         raise StoreUnavailable("down")
+                    if not self.polling:
+                        # The version this replica holds is the one it read at start (or its last poll):
+                        # any change since, through another replica, would make the first poll drop the
+                        # key found here at once (a key used a moment before the database hangs then
+                        # gets 503s on this replica). Read it first: the key is cached under the version
+                        # it was found at. (Until then the cache holds only tokens that are no key.)
+                        version = self._version = await self.store.version()
                     key = await self.store.resolve(digest)
         except (StoreUnavailable, TimeoutError):
             self._poll_from_now()  # (the polls tell when it answers again)

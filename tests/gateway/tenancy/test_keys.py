@@ -297,6 +297,31 @@ async def test_a_replica_reads_nothing_by_the_clock_until_it_resolves_a_database
     assert pollers() == []  # stopped with its replica
 
 
+async def test_the_first_key_a_replica_finds_stays_cached_through_its_first_poll(migrated):
+    # Keys made through another replica after this one started moved the version it read at start:
+    # its first poll (started by finding a key) saw a new version and dropped that key at once, so
+    # a key used on it a moment before the database hung got 503s there during the outage.
+    async with replica(migrated) as (admin, _), replica(migrated) as (_, other):
+        record, secret = await admin.create_key(name="elsewhere", role="read")
+        await admin.create_key(name="another change", role="read")
+        assert (await other.resolve(secret)).id == record.id  # found: the replica polls from now on
+        first_poll = other._confirmed_at
+        async with asyncio.timeout(30):  # (a hang guard)
+            while other._confirmed_at == first_poll:  # the poller's first poll has ended
+                await asyncio.sleep(0.01)
+        lookups = 0
+        resolve = other.store.resolve
+
+        async def counted(digest):
+            nonlocal lookups
+            lookups += 1
+            return await resolve(digest)
+
+        other.store.resolve = counted
+        assert (await other.resolve(secret)).id == record.id
+        assert lookups == 0, "the first poll dropped the key just found"
+
+
 async def test_a_change_through_this_replica_starts_its_polls(migrated):
     async with replica(migrated) as (store, resolver):
         await store.create_key(name="k", role="read")

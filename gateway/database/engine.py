@@ -22,6 +22,7 @@ adds SQL functions); the session store talks to its database directly (aiosqlite
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ from gateway.config import Settings, sqlite_database
 # A writer waits this long for another one's transaction: a batch of 50,000 lines is written in
 # one transaction, which takes seconds on a slow disk.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+log = logging.getLogger("gateway.database")
+
+CLOSE_SECONDS = 2.0  # closing an engine's connections at shutdown: past it, they are left to the process's exit
 _T = TypeVar("_T")
 _cleaning_up: set[asyncio.Future] = set()  # cancelled calls whose clean-up runs on (held: a task needs a reference)
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
@@ -135,3 +139,29 @@ def _cleaned_up(task: asyncio.Future) -> None:
     _cleaning_up.discard(task)
     if not task.cancelled():
         task.exception()  # (retrieved: a failure of a call nobody waits for any more is no news)
+
+
+async def dispose(engine: AsyncEngine, *, seconds: float = CLOSE_SECONDS) -> None:
+    """``engine.dispose()`` within ``seconds``; past them the connections are left behind (to the process's exit).
+
+    Closing an asyncpg connection waits for the server to acknowledge it, without a bound of its
+    own: against a PostgreSQL that hangs (a partition, a frozen host) a gateway stopped with
+    SIGTERM never finished its shutdown.
+    """
+    task = asyncio.ensure_future(engine.dispose())
+    await asyncio.wait({task}, timeout=seconds)
+    if task.done():
+        task.result()
+        return
+    task.cancel()
+    _cleaning_up.add(task)
+    task.add_done_callback(_cleaned_up)
+    log.warning("the database did not answer within %g s: its connections are left to the process's exit", seconds)
+
+
+async def close_pool(pool: Any, *, seconds: float = CLOSE_SECONDS) -> None:
+    """An asyncpg pool (the session store's, the stored responses') closed within ``seconds``, else cut."""
+    try:
+        await asyncio.wait_for(pool.close(), seconds)
+    except Exception:  # (a timeout: the database hangs; or a connection that failed as it closed)
+        pool.terminate()

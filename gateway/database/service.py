@@ -22,7 +22,7 @@ import itertools
 import logging
 
 from gateway.config import Settings
-from gateway.database.engine import EngineLimits, create_engine, is_sqlite, normalize_url
+from gateway.database.engine import EngineLimits, create_engine, dispose, is_sqlite, normalize_url
 from gateway.database.migrations import runner
 
 log = logging.getLogger("gateway.database")
@@ -99,7 +99,7 @@ class GatewayDatabase:
                 await self._opening
         if self._migration is not None and not self._migration.done():
             await asyncio.wait({self._migration}, timeout=MIGRATION_STOP_SECONDS)
-        await self.engine.dispose()
+        await dispose(self.engine)  # (bounded: a database that hangs must not hold the shutdown)
 
     def status(self) -> dict:
         return {"ready": self.ready, "backend": "sqlite" if is_sqlite(self.url) else "postgresql",

@@ -18,6 +18,7 @@ import logging
 
 import asyncpg
 
+from gateway.database.engine import CLOSE_SECONDS, close_pool
 from gateway.database.pg_schema import ensure_schema
 from gateway.sessions.frames import pack_frames
 from gateway.sessions.store.base import (
@@ -142,13 +143,14 @@ class PostgresStore:
         self._listener = listener
 
     async def close(self) -> None:
+        # Each bounded: closing waits for the server, which a database that hangs never answers (a
+        # gateway stopped with SIGTERM then never exited); past the bound the connections are cut.
         if self._listener is not None:
             with contextlib.suppress(Exception):
-                await self._listener.close()
+                await self._listener.close(timeout=CLOSE_SECONDS)  # (asyncpg aborts it past the timeout)
             self._listener = None
         if self._pool is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._pool.close(), 5)
+            await close_pool(self._pool)
             self._pool = None
 
     # --- notifications -------------------------------------------------------------------------

@@ -8,12 +8,11 @@ added in place). Every time comparison uses the database's clock.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import zlib
 
 import asyncpg
 
+from gateway.database.engine import close_pool
 from gateway.database.pg_schema import ensure_schema
 from gateway.http.inputs import NUL
 from gateway.protocols.responses.records.base import RUNNING_STATUSES, StoredResponse
@@ -61,8 +60,7 @@ class PostgresResponses:
 
     async def close(self) -> None:
         if self._pool is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._pool.close(), 5)
+            await close_pool(self._pool)  # (bounded, then cut: a database that hangs must not hold the shutdown)
             self._pool = None
 
     async def save_response(self, record: StoredResponse) -> None:

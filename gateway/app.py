@@ -231,6 +231,8 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
             if jobs is not None:
                 await jobs.start()
                 stack.push_async_callback(jobs.stop)
+            if sessions is not None:  # first out: background runs use the drain's grace before anything closes
+                stack.push_async_callback(sessions.finish_detached)
             if freeze_heap_when_started:
                 freeze_startup_heap()
             yield

@@ -99,6 +99,7 @@ class SessionManager:
         self._spawned: set[asyncio.Task] = set()  # tasks nobody awaits, kept until done (the loop keeps weak refs)
         self._stopping = False
         self._shutdown_timer: asyncio.TimerHandle | None = None
+        self._grace_ends: float | None = None  # (loop time) when the drain's grace period runs out
         self._store_failures = StoreFailures()
         self._hooks = SinkHooks(
             on_frames=self.persistence.writer.mark if self.persistence is not None else _ignore,
@@ -139,7 +140,24 @@ class SessionManager:
             # (a detached run is followed by nobody but has its result to keep: it gets the grace period too)
             if generation.live and not generation.consumers and not generation.detached:
                 generation.stop(SHUTDOWN)
-        self._shutdown_timer = asyncio.get_running_loop().call_later(max(0.0, grace_seconds - 1.0), self._stop_all)
+        loop = asyncio.get_running_loop()
+        self._grace_ends = loop.time() + max(0.0, grace_seconds - 1.0)
+        self._shutdown_timer = loop.call_later(max(0.0, grace_seconds - 1.0), self._stop_all)
+
+    async def finish_detached(self) -> None:
+        """The lifespan's first step out: detached runs (background responses) use the grace they were given.
+
+        uvicorn runs the lifespan's shutdown as soon as no connection is open: a detached run has
+        none, so it was stopped at once (``gateway_shutdown``, its response ``failed``) however much
+        of the grace period was left, while a stream with a client went on. Waited for here, before
+        anything it writes to closes, until it ends or the grace runs out (then ``_stop_all`` ends it).
+        """
+        if self._grace_ends is None:
+            return  # (stopped without a drain: nothing was promised)
+        tasks = {g.task for g in self._generations.values() if g.live and g.detached and g.task is not None}
+        left = self._grace_ends - asyncio.get_running_loop().time()
+        if tasks and left > 0:
+            await asyncio.wait(tasks, timeout=left + 1.0)  # (+1: the ending _stop_all writes at the grace's end)
 
     def _stop_all(self) -> None:
         for generation in list(self._generations.values()):

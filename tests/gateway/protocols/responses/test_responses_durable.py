@@ -123,6 +123,31 @@ async def test_a_run_whose_gateway_died_ends_failed_never_stuck_in_progress(idle
     assert [e.model_dump() for e in events[:40]] == [e.model_dump() for e in seen]
 
 
+async def test_a_background_run_finishes_within_the_drains_grace_when_its_gateway_is_stopped(
+        idle_vllm_engine, tmp_path, sqlite_env):
+    # A rolling restart: SIGTERM while a background response runs. Streams with a client go on for
+    # GRACEFUL_SHUTDOWN_SECONDS; a background run has no connection, so uvicorn began the shutdown at
+    # once and the run was stopped there: `failed` with gateway_shutdown, its work lost, though the
+    # grace period had seconds left for it.
+    engine = idle_vllm_engine
+    env = sqlite_env | {"GRACEFUL_SHUTDOWN_SECONDS": "60"}
+    first = await GatewayProcess(engine, tmp_path / "gw1.log", **env).start()
+    try:
+        sdk = client(first.base_url)
+        running = await sdk.responses.create(**greedy(engine, 600), background=True)
+        assert (await until_status(sdk, running.id, ("in_progress", *FINAL))).status == "in_progress"
+        await first.stop(signal.SIGTERM, timeout=90)
+    finally:
+        await first.stop(signal.SIGKILL)
+    second = await GatewayProcess(engine, tmp_path / "gw2.log", **env).start()
+    try:
+        ended = await client(second.base_url).responses.retrieve(running.id)
+    finally:
+        await second.stop()
+    assert ended.status == "incomplete" and ended.error is None, (ended.status, ended.error)
+    assert ended.incomplete_details.reason == "max_output_tokens" and ended.usage.output_tokens == 600
+
+
 def replica_settings(engine, tmp_path, database_url: str):
     from tests.gateway.protocols.conftest import surface_settings
 

@@ -128,10 +128,9 @@ async def detached(call: Coroutine[Any, Any, _T]) -> _T:
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        if not task.done():
-            task.cancel()
-            _cleaning_up.add(task)
-            task.add_done_callback(_cleaned_up)
+        task.cancel()  # (a task already done ignores it)
+        _cleaning_up.add(task)
+        task.add_done_callback(_cleaned_up)  # (called at once for a task already done)
         raise
 
 

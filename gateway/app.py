@@ -41,6 +41,7 @@ from gateway.http.browser_guards import HostCheck
 from gateway.http.cors import CorsPolicy
 from gateway.http.errors import OPENAI_SHAPE, ErrorShapes, install_error_handlers
 from gateway.http.key_ids import secret_from_settings
+from gateway.http.logs import configure_logging
 from gateway.http.metrics import Metrics
 from gateway.http.middleware import GatewayMiddleware
 from gateway.http.raw_routes import (
@@ -131,17 +132,27 @@ class GatewayApp(FastAPI):
 
 
 def create_served_app() -> FastAPI:
-    """The app ``stack-gateway`` serves: the gateway of the environment's settings, its heap frozen once started.
+    """The app each worker of ``stack-gateway`` serves (``WORKERS`` > 1, ``RELOAD``): the environment's gateway.
 
-    It also sets the request head's and body's bounds of the served process's HTTP protocol
-    (``gateway.http.request_head``): this runs in every worker process, which reads the settings anew.
+    A worker is a process of its own (spawned), which reads the settings anew and must set up
+    what is the process's, not the app's (:func:`configure_served_process`): without it its log
+    lines were not JSON, and the access log and every other INFO line were lost (Python's
+    last-resort handler prints warnings only).
     """
     settings = Settings()
+    configure_served_process(settings)
+    return create_app(settings, freeze_heap_when_started=True)
+
+
+def configure_served_process(settings: Settings) -> None:
+    """What a serving process sets up once from ``settings``, whichever way it serves (``gateway.cli``
+    with one process, :func:`create_served_app` in each worker): its logging, and the request head's
+    and body's bounds of its HTTP protocol (``gateway.http.request_head``)."""
+    configure_logging(settings.log_level)
     BoundedHttpToolsProtocol.configure(max_head_bytes=settings.request_head_max_bytes,
                                        head_timeout=settings.request_head_timeout_seconds,
                                        body_timeout=settings.request_body_timeout_seconds,
                                        body_min_rate=settings.request_body_min_rate)
-    return create_app(settings, freeze_heap_when_started=True)
 
 
 def create_app(settings: Settings | None = None, *, features: dict[str, FeatureFactory] | None = None,

@@ -3,24 +3,56 @@
 Settings come from the environment (see the README's configuration table).
 Without any API key the gateway refuses to listen beyond loopback: it binds
 127.0.0.1 and says so at start-up.
+
+A setting the gateway cannot run with (of the gateway or of a feature, ``FEATURES``, an
+engine or database URL) is refused before anything listens: one JSON line naming the
+variable and the reason, never the value, and exit code 2 (``REFUSED``). The app is built
+here, in the process that starts uvicorn, so nothing is refused later inside a worker: there
+it was a traceback, and with ``WORKERS`` > 1 a worker uvicorn started again and again while
+the bound port answered nothing (a failing app factory exits 1, which uvicorn's supervisor
+restarts; only exit code 3 stops it). With one worker the app built here is the one served.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
+from pydantic import ValidationError
 
+from gateway.app import configure_served_process, create_app
 from gateway.config import Settings
 from gateway.http.logs import configure_logging
 from gateway.http.request_head import BoundedHttpToolsProtocol
 
 log = logging.getLogger("gateway.cli")
 
+REFUSED = 2  # the exit code of a gateway that refused its settings
+
+
+def refusal(error: ValueError) -> str:
+    """What is wrong with the settings, each setting by its variable's name; never a value given."""
+    if not isinstance(error, ValidationError):
+        return str(error)
+    problems = []
+    for item in error.errors(include_url=False, include_input=False, include_context=False):
+        message = item["msg"].removeprefix("Value error, ")
+        name = str(item["loc"][0]).upper() if item["loc"] else ""
+        problems.append(f"{name}: {message}" if name and not message.startswith(name) else message)
+    return "; ".join(problems)
+
 
 def main() -> None:
-    settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging()  # until LOG_LEVEL is read: a refused setting is logged like everything else
+    try:
+        settings = Settings()
+        configure_served_process(settings)  # (the workers of WORKERS > 1 do it again: create_served_app)
+        # Every other refusal: a feature's settings, FEATURES, the engines' and databases' URLs.
+        app = create_app(settings, freeze_heap_when_started=True)
+    except ValueError as refused:  # (pydantic's ValidationError is one)
+        log.error("refusing to start: %s", refusal(refused))
+        sys.exit(REFUSED)
     if settings.unsafe_host_refused:
         log.warning(
             "no API key configured: refusing to listen on %s, binding 127.0.0.1 only "
@@ -34,9 +66,11 @@ def main() -> None:
         # this machine needs nothing more to use the gateway; with "*", any page can.
         log.warning("CORS_ORIGINS is set but no API key is: pages of %s opened on this machine can use the "
                     "gateway without a key", ", ".join(settings.cors_origins))
+    # Several workers (or reload) need the factory: each process builds its own app.
+    one_process = settings.workers == 1 and not settings.reload
     uvicorn.run(
-        "gateway.app:create_served_app",
-        factory=True,
+        app if one_process else "gateway.app:create_served_app",
+        factory=not one_process,
         host=settings.host,
         port=settings.port,
         reload=settings.reload,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -322,6 +323,17 @@ class Settings(BaseSettings):
     def _comma_list(cls, value: object) -> object:
         return _split_commas(value)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_unset(cls, values: object) -> object:
+        # NAME= (empty, as compose passes an unset ${NAME:-}) is the default where the table's default is
+        # "empty" (MAX_LIVE_SESSIONS_PER_KEY), and for every OTEL_* variable: OpenTelemetry's
+        # specification reads an empty value as unset. (An empty list or string setting keeps its meaning.)
+        if isinstance(values, dict):
+            return {name: value for name, value in values.items()
+                    if not (value == "" and (name.startswith("otel_") or name == "max_live_sessions_per_key"))}
+        return values
+
     @model_validator(mode="after")
     def _bands(self) -> "Settings":
         self.flow_bands = [name.lower() for name in self.flow_bands]
@@ -378,6 +390,29 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @field_validator("vllm_base_url")
+    @classmethod
+    def _engine_url(cls, value: str) -> str:
+        # (VLLM_BASE_URLS and VLLM_DNS_URL are read, with the same rule, by gateway.engines.fleet.)
+        if not is_http_url(value):
+            raise ValueError("VLLM_BASE_URL must be the engine's http:// or https:// URL (http://HOST:PORT, "
+                             "without /v1)")
+        return value
+
+    @field_validator("database_url", "sessions_database_url")
+    @classmethod
+    def _database_url(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.field_name == "sessions_database_url":
+            return value  # empty: DATABASE_URL
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError:
+            backend = None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"{info.field_name.upper()} must be a sqlite+aiosqlite:///PATH or "
+                             f"postgresql+asyncpg://USER:PASSWORD@HOST/DB URL")
+        return value
 
     @field_validator("vllm_dns_networks", "webhook_allowed_networks")
     @classmethod
@@ -466,6 +501,16 @@ def band_problem(names: list[str] | tuple[str, ...], default: str) -> str | None
     if default not in names:
         return f"FLOW_DEFAULT_BAND must be one of FLOW_BANDS ({', '.join(names)}); got {default!r}"
     return None
+
+
+def is_http_url(url: str) -> bool:
+    """Whether ``url`` is an http:// or https:// URL with a host (and a valid port, if it names one)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises for a port that is no number or out of range)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def is_loopback(host: str) -> bool:

@@ -26,7 +26,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from gateway.config import Settings
+from gateway.config import Settings, is_http_url
 
 log = logging.getLogger("gateway.engine")
 
@@ -46,8 +46,7 @@ def parse_url_list(items: list[str], default_key: str | None) -> list[Member]:
     for item in items:
         url, _, key = item.partition("|")
         url = url.strip().rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not is_http_url(url):
             raise ValueError(f"VLLM_BASE_URLS: {url!r} is not an http(s) URL")
         if url not in seen:
             seen.add(url)
@@ -75,9 +74,9 @@ class DnsDiscovery:
 
     def __init__(self, url: str, *, api_key: str | None, resolver: Resolver = system_resolver,
                  networks: list[str] = ()) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not is_http_url(url):
             raise ValueError(f"VLLM_DNS_URL: {url!r} must look like http://NAME:PORT")
+        parts = urlsplit(url)
         self.scheme = parts.scheme
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)

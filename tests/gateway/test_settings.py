@@ -58,3 +58,31 @@ def test_public_base_url_is_an_http_address_kept_without_its_trailing_slash():
         with pytest.raises(ValidationError) as refused:
             Settings(public_base_url=wrong)
         assert "public_base_url" in str(refused.value) and "http:// or https://" in str(refused.value)
+
+
+def test_an_engine_or_database_url_that_cannot_work_is_refused_by_name():
+    for wrong in ("engine-host:8001", "ftp://engine-host:8001", "http://engine-host:80801", "http://"):
+        with pytest.raises(ValidationError, match="VLLM_BASE_URL must be the engine's http:// or https:// URL"):
+            Settings(vllm_base_url=wrong)
+    assert Settings(vllm_base_url="https://engine-host/").vllm_base_url == "https://engine-host"
+    for name in ("database_url", "sessions_database_url"):
+        for wrong in ("stack.db", "mysql://u@db/stack", "postgres-host/stack"):
+            with pytest.raises(ValidationError, match=f"{name.upper()} must be a sqlite"):
+                Settings(**{name: wrong})
+    assert Settings(sessions_database_url="").effective_sessions_database_url == Settings().database_url
+
+
+def test_an_empty_variable_whose_default_is_unset_takes_the_default(monkeypatch):
+    # NAME= is what compose passes for an unset ${NAME:-}; OpenTelemetry's specification reads it as unset.
+    for name in ("MAX_LIVE_SESSIONS_PER_KEY", "OTEL_TRACES_SAMPLER", "OTEL_EXPORTER_OTLP_PROTOCOL",
+                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                 "OTEL_SDK_DISABLED", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_TRACES_SAMPLER_ARG"):
+        monkeypatch.setenv(name, "")
+    settings = Settings()
+    assert settings.max_live_sessions_per_key is None and settings.otel_traces_sampler is None
+    assert settings.otel_exporter_otlp_protocol == "http/protobuf" and settings.otel_exporter_otlp_traces_protocol is None
+    assert settings.otel_exporter_otlp_timeout == 5000 and settings.otel_exporter_otlp_traces_timeout is None
+    assert settings.otel_sdk_disabled is False and settings.otel_bsp_max_queue_size == 2048
+    assert settings.otel_traces_sampler_arg == 1.0
+    monkeypatch.setenv("ENGINE_ADMIN_ROUTES", "")  # an empty list keeps its meaning: none
+    assert Settings().engine_admin_routes == []

@@ -296,6 +296,7 @@ def create_app(settings: Settings | None = None, *, features: dict[str, FeatureF
             authenticator for feature in plugged
             if (authenticator := getattr(feature, "token_authenticator", None)) is not None),
         tracing=tracing,
+        stopping=lambda: core.draining,
     )
     return app
 

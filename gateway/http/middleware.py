@@ -24,15 +24,17 @@ impatient clients do not show up as server errors.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.failures import Unavailable
 from gateway.http import queueing
 from gateway.http.admission import Admission, ControlRequests, Slot, too_many_requests
 from gateway.http.api_docs import ASSET_PATHS
@@ -64,6 +66,9 @@ REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 CLIENT_CLOSED_REQUEST = 499
 AFFINITY_HEADER = b"x-session-affinity"  # requests naming the same value stick to one engine
 MAX_AFFINITY_KEY = 256
+# A request still unanswered when a stopping server's grace period runs out (the streams' ending says the same).
+STOPPED = Unavailable("the gateway shut down before this request was answered; send it again", code="gateway_shutdown",
+                      retry_after=1)
 # The request headers the middleware reads, each to its slot: one dict lookup per header instead
 # of a chain of comparisons (valgrind: 6,700 instructions against 11,100 for a client's 7 headers).
 READ_HEADERS = {name: slot for slot, name in enumerate((
@@ -97,6 +102,7 @@ class GatewayMiddleware(StartHook):
         multipart_paths: frozenset[str] = frozenset(),
         metrics_keys: KeyRing | None = None,
         tracing: Tracing | None = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
         self.app = app
         # A router that takes the request's context (``RawRouter.dispatch``) is called with it;
@@ -123,6 +129,7 @@ class GatewayMiddleware(StartHook):
         self.multipart_paths = multipart_paths
         self.metrics_keys = metrics_keys
         self.tracing = tracing  # None: off (docs/tracing.md)
+        self.stopping = stopping  # whether the server is stopping (its drain began)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -208,10 +215,19 @@ class GatewayMiddleware(StartHook):
                 return
             if content_length is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 request.receive = self._limited(receive, self.body_limits.get(path) if self.body_limits else None)
-            if self._dispatch is not None:
-                await self._dispatch(request)
-            else:
-                await self.app(scope, request.receive, request.send)
+            try:
+                if self._dispatch is not None:
+                    await self._dispatch(request)
+                else:
+                    await self.app(scope, request.receive, request.send)
+            except asyncio.CancelledError:
+                # The server's grace period (GRACEFUL_SHUTDOWN_SECONDS) ran out before this request
+                # answered (a non-streamed generation, a queued call): uvicorn cancels it and would
+                # answer a bare text/plain 500. It gets the 503 of its route's error shape instead.
+                if request.status is not None or self.stopping is None or not self.stopping():
+                    raise
+                await self.error_shapes.send(path, STOPPED, request.send)
+                asyncio.current_task().uncancel()  # answered: the cancel ends here, as the request does
             if request.status is None:
                 request.status = CLIENT_CLOSED_REQUEST
         finally:

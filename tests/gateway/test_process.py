@@ -72,6 +72,26 @@ async def test_sigterm_ends_a_session_stream_with_an_explicit_ending_before_exit
     assert [e.json if not e.done else "[DONE]" for e in replay.events] == got  # what it got is what was kept
 
 
+async def test_sigterm_answers_a_call_the_engine_has_not_answered_by_the_grace_period_with_a_503(fake_engine, tmp_path):
+    fake_engine.answer_hold = asyncio.Event()  # never set: the engine "generates" for ever
+    gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", SESSION_STORE="off",
+                                   GRACEFUL_SHUTDOWN_SECONDS="1").start()
+    calls = {"/v1/chat/completions": {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}],
+                                      "max_tokens": 8},
+             "/v1/messages": {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}}
+    async with httpx.AsyncClient(base_url=gateway.base_url, timeout=30) as client:
+        asked = [asyncio.create_task(client.post(path, json=body)) for path, body in calls.items()]
+        await until(lambda: len(fake_engine.received) == len(calls), what="both calls at the engine")
+        assert await gateway.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+        chat, messages = await asyncio.gather(*asked)
+    # Not uvicorn's bare text/plain 500: each protocol's own 503, which clients retry.
+    assert chat.status_code == 503 and chat.headers["retry-after"] == "1"
+    assert chat.json()["error"]["code"] == "gateway_shutdown"
+    assert messages.status_code == 503 and messages.json()["type"] == "error"
+    assert "shut down" in messages.json()["error"]["message"]
+    assert "Exception in ASGI application" not in (tmp_path / "gw.log").read_text()
+
+
 async def test_a_resume_replays_from_the_store_while_the_engine_is_down(fake_engine, tmp_path):
     database = f"sqlite+aiosqlite:///{tmp_path}/gw.db"
     gateway = await GatewayProcess(fake_engine, tmp_path / "gw.log", SESSION_STORE="sqlite",

@@ -144,3 +144,16 @@ def test_the_engines_scheduler_and_the_gateways_priorities_follow_one_variable(c
     assert interpolated_names(environment(gateway)["ENGINE_SCHEDULING_POLICY"]) == {"ENGINE_SCHEDULING_POLICY"}
     assert engine_flag(vllm["command"], "--scheduling-policy") == "${ENGINE_SCHEDULING_POLICY:-fcfs}"
     assert environment(gateway)["ENGINE_SCHEDULING_POLICY"] == "${ENGINE_SCHEDULING_POLICY:-fcfs}"
+
+
+def test_the_gateway_gets_longer_than_its_grace_period_to_stop(compose: dict) -> None:
+    # docker compose stop sends SIGTERM, then SIGKILL after stop_grace_period (10 s unless set): the
+    # gateway's drain (docs/operations.md#starting-and-stopping) must end before that.
+    from gateway.config import Settings
+
+    gateway = compose["services"]["gateway"]
+    grace = float(environment(gateway).get("GRACEFUL_SHUTDOWN_SECONDS")
+                  or Settings.model_fields["graceful_shutdown_seconds"].default)
+    stop = gateway.get("stop_grace_period", "10s")
+    assert re.fullmatch(r"\d+s", stop), stop
+    assert int(stop[:-1]) >= grace + 5

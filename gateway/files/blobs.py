@@ -106,6 +106,9 @@ class DirectoryBlobs:
 
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)
+        problem = directory_problem(self.directory)
+        if problem is not None:  # refused at assembly: else every upload would be a 500
+            raise ValueError(f"FILES_DIRECTORY ({directory}, with FILES_STORAGE=directory) {problem}")
 
     def path(self, file_id: str) -> Path:
         return self.directory / file_id  # ids are checked (jobs.ids) before they reach a path
@@ -127,6 +130,19 @@ class DirectoryBlobs:
 
     async def delete(self, file_id: str) -> None:
         await asyncio.to_thread(_unlink, self.path(file_id))
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why the gateway could not keep files in ``directory`` (made at the first upload if missing); None: it can."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return "is not a directory" if existing == directory else f"lies under {existing}, which is no directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "may not be written by this process" if existing == directory \
+            else f"would be made in {existing}, which this process may not write"
+    return None
 
 
 def _unlink(path: Path) -> None:

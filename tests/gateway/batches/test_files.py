@@ -180,6 +180,18 @@ async def test_directory_storage_and_retention(jobs_settings, tmp_path):
         assert (await client.files.content(created.id)).content == CONTENT
 
 
+def test_a_files_directory_that_cannot_hold_files_is_refused_at_assembly(jobs_settings, tmp_path):
+    # Not a 500 on every upload: stack-gateway turns this refusal into its start-up line (exit 2).
+    from gateway.app import create_app
+
+    a_file = tmp_path / "not-a-directory"
+    a_file.write_text("x")
+    for directory, reason in ((a_file, "is not a directory"), (a_file / "files", "which is no directory")):
+        with pytest.raises(ValueError, match=f"FILES_DIRECTORY .*{reason}"):
+            create_app(jobs_settings(files_storage="directory", files_directory=str(directory)))
+    create_app(jobs_settings(files_storage="directory", files_directory=str(tmp_path / "made" / "later")))
+
+
 async def test_expired_files_are_gone_and_swept(jobs_settings, tmp_path):
     settings = jobs_settings(files_storage="directory", files_directory=str(tmp_path / "files"),
                              files_retention_seconds=1.0)

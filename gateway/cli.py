@@ -43,6 +43,28 @@ def refusal(error: ValueError) -> str:
     return "; ".join(problems)
 
 
+def start_warnings(settings: Settings) -> list[str]:
+    """What the gateway accepts but its operator should hear about at start."""
+    warnings = []
+    if settings.unsafe_host_refused:
+        warnings.append(f"no API key configured: refusing to listen on {settings.unsafe_host_refused}, binding "
+                        "127.0.0.1 only (set API_KEYS or ADMIN_API_KEYS to serve other hosts)")
+    elif not settings.auth_enabled:
+        warnings.append("no API key configured: authentication is off; listening on loopback only")
+    if settings.cors_origins and not settings.auth_enabled:
+        # Without keys (loopback only), a page allowed by CORS_ORIGINS and opened in a browser on
+        # this machine needs nothing more to use the gateway; with "*", any page can.
+        warnings.append(f"CORS_ORIGINS is set but no API key is: pages of {', '.join(settings.cors_origins)} opened "
+                        "on this machine can use the gateway without a key")
+    if settings.workers > 1 and settings.session_store in ("memory", "off"):
+        # Each worker keeps its own: a later request reaches the worker that holds the data one time in WORKERS.
+        what = "sessions and stored responses" if settings.session_store == "memory" else "stored responses"
+        warnings.append(f"SESSION_STORE={settings.session_store} with WORKERS={settings.workers}: each worker keeps "
+                        f"its own {what} in memory, so a resume, GET /v1/responses/{{id}} or previous_response_id "
+                        "that reaches another worker gets 404; use SESSION_STORE=sqlite (one host) or postgres")
+    return warnings
+
+
 def main() -> None:
     configure_logging()  # until LOG_LEVEL is read: a refused setting is logged like everything else
     try:
@@ -53,19 +75,8 @@ def main() -> None:
     except ValueError as refused:  # (pydantic's ValidationError is one)
         log.error("refusing to start: %s", refusal(refused))
         sys.exit(REFUSED)
-    if settings.unsafe_host_refused:
-        log.warning(
-            "no API key configured: refusing to listen on %s, binding 127.0.0.1 only "
-            "(set API_KEYS or ADMIN_API_KEYS to serve other hosts)",
-            settings.unsafe_host_refused,
-        )
-    elif not settings.auth_enabled:
-        log.warning("no API key configured: authentication is off; listening on loopback only")
-    if settings.cors_origins and not settings.auth_enabled:
-        # Without keys (loopback only), a page allowed by CORS_ORIGINS and opened in a browser on
-        # this machine needs nothing more to use the gateway; with "*", any page can.
-        log.warning("CORS_ORIGINS is set but no API key is: pages of %s opened on this machine can use the "
-                    "gateway without a key", ", ".join(settings.cors_origins))
+    for warning in start_warnings(settings):
+        log.warning(warning)
     # Several workers (or reload) need the factory: each process builds its own app.
     one_process = settings.workers == 1 and not settings.reload
     uvicorn.run(

@@ -64,3 +64,16 @@ async def test_every_worker_logs_json_lines_and_the_access_log(fake_engine, tmp_
     access = {record["request_id"]: record for record in records if record["logger"] == "gateway.access"}
     for n in range(8):
         assert access[f"probe-{n}"]["path"] == "/v1/models" and access[f"probe-{n}"]["status"] == 200
+
+
+def test_workers_keeping_sessions_or_responses_in_memory_are_warned_about():
+    # Each worker keeps its own: a resume or a stored response reaches its worker one time in WORKERS (404 else).
+    from gateway.cli import start_warnings
+    from gateway.config import Settings
+
+    keys = {"api_keys": "sk-test-0123456789"}
+    for store in ("memory", "off"):
+        warned = [w for w in start_warnings(Settings(workers=2, session_store=store, **keys)) if "WORKERS=2" in w]
+        assert len(warned) == 1 and f"SESSION_STORE={store}" in warned[0] and "404" in warned[0]
+        assert start_warnings(Settings(workers=1, session_store=store, **keys)) == []
+    assert start_warnings(Settings(workers=2, session_store="sqlite", **keys)) == []

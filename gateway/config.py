@@ -400,6 +400,15 @@ class Settings(BaseSettings):
                              "without /v1)")
         return value
 
+    @field_validator("otel_exporter_otlp_traces_endpoint", "otel_exporter_otlp_endpoint")
+    @classmethod
+    def _collector_url(cls, value: str, info: ValidationInfo) -> str:
+        # The exporter would log "Invalid URL" at every export while the gateway ran without traces.
+        if value and not is_http_url(value):
+            raise ValueError(f"{info.field_name.upper()} must be the collector's http:// or https:// URL "
+                             "(e.g. http://collector:4318/v1/traces)")
+        return value
+
     @field_validator("database_url", "sessions_database_url")
     @classmethod
     def _database_url(cls, value: str, info: ValidationInfo) -> str:

@@ -86,3 +86,11 @@ def test_an_empty_variable_whose_default_is_unset_takes_the_default(monkeypatch)
     assert settings.otel_traces_sampler_arg == 1.0
     monkeypatch.setenv("ENGINE_ADMIN_ROUTES", "")  # an empty list keeps its meaning: none
     assert Settings().engine_admin_routes == []
+
+
+def test_a_collector_url_that_cannot_work_is_refused_by_name():
+    for name in ("otel_exporter_otlp_traces_endpoint", "otel_exporter_otlp_endpoint"):
+        for wrong in ("collector:4318/v1/traces", "notaurl", "udp://collector:4318"):
+            with pytest.raises(ValidationError, match=f"{name.upper()} must be the collector's http"):
+                Settings(**{name: wrong})
+        assert getattr(Settings(**{name: "https://collector:4318"}), name) == "https://collector:4318"

@@ -13,8 +13,10 @@ long conversations are kept and how the periodic clean-up runs (``marketplace.cl
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 
 class MarketplaceSettings(BaseSettings):
@@ -45,6 +47,20 @@ class MarketplaceSettings(BaseSettings):
     # most (a pass that hits the bound is followed by another within a second).
     marketplace_cleanup_interval_seconds: float = Field(3600.0, gt=0, le=7 * 86_400)
     marketplace_cleanup_batch: int = Field(1000, ge=1, le=100_000)
+
+    @field_validator("marketplace_database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        # Refused at assembly (stack-gateway's start-up line), not a traceback when the lifespan connects.
+        if value:
+            try:
+                backend = make_url(value).get_backend_name()
+            except ArgumentError:
+                backend = None
+            if backend not in ("sqlite", "postgresql"):
+                raise ValueError("MARKETPLACE_DATABASE_URL must be a sqlite+aiosqlite:///PATH or "
+                                 "postgresql+asyncpg://USER:PASSWORD@HOST/DB URL (empty: DATABASE_URL)")
+        return value
 
     def database_url(self, gateway_database_url: str) -> str:
         return self.marketplace_database_url or gateway_database_url

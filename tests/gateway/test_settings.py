@@ -94,3 +94,14 @@ def test_a_collector_url_that_cannot_work_is_refused_by_name():
             with pytest.raises(ValidationError, match=f"{name.upper()} must be the collector's http"):
                 Settings(**{name: wrong})
         assert getattr(Settings(**{name: "https://collector:4318"}), name) == "https://collector:4318"
+
+
+def test_every_settings_class_refuses_a_database_url_that_cannot_work_by_name():
+    # A feature's too (MARKETPLACE_DATABASE_URL=notaurl was a traceback when its lifespan connected).
+    from gateway.features import settings_classes
+
+    for cls in settings_classes():
+        for name in (name for name in cls.model_fields if name.endswith("database_url")):
+            for wrong in ("notaurl", "mysql://u@db/stack"):
+                with pytest.raises(ValidationError, match=f"{name.upper()} must be a sqlite"):
+                    cls(**{name: wrong})

@@ -123,10 +123,12 @@ async def test_a_database_lost_while_serving_is_a_503_until_it_answers_again(tmp
 
 
 async def test_an_unsupported_database_url_is_a_configuration_error(fake_engine):
-    settings = make_settings(database_url="mysql://root@127.0.0.1/market", vllm_base_url=fake_engine.base_url)
-    with pytest.raises(ValueError, match="unsupported database"):
-        async with running_app(settings):
-            pass
+    # Refused with the settings, before anything connects (stack-gateway turns it into its start-up
+    # refusal, exit 2): the gateway's URL the marketplace shares, and the marketplace's own.
+    with pytest.raises(ValueError, match="DATABASE_URL must be a sqlite"):
+        make_settings(database_url="mysql://root@127.0.0.1/market", vllm_base_url=fake_engine.base_url)
+    with pytest.raises(ValueError, match="MARKETPLACE_DATABASE_URL must be a sqlite"):
+        MarketplaceSettings(marketplace_database_url="mysql://root@127.0.0.1/market")
 
 
 # --- which errors are outages: real errors from the real drivers ---------------------------------------

@@ -40,8 +40,10 @@ def _split_commas(value: object) -> object:
 
 
 class Settings(BaseSettings):
+    # allow_inf_nan=False: "inf" passed every bound (GRACEFUL_SHUTDOWN_SECONDS=inf, SESSION_FLUSH_INTERVAL=inf
+    # started a gateway that would never stop or never write its sessions).
     model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False,
-                                      hide_input_in_errors=True)
+                                      hide_input_in_errors=True, allow_inf_nan=False)
 
     # --- serving -----------------------------------------------------------
     host: str = "127.0.0.1"

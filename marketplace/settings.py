@@ -21,7 +21,8 @@ from sqlalchemy.exc import ArgumentError
 
 class MarketplaceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=None, extra="ignore", case_sensitive=False,
-                                      hide_input_in_errors=True)  # (an error never echoes a value)
+                                      hide_input_in_errors=True,  # (an error never echoes a value)
+                                      allow_inf_nan=False)  # ("inf" would pass every bound)
 
     marketplace_database_url: str = Field("", repr=False)  # empty: the gateway's DATABASE_URL (may hold a password)
     seed_demo_data: bool = False

@@ -105,3 +105,14 @@ def test_every_settings_class_refuses_a_database_url_that_cannot_work_by_name():
             for wrong in ("notaurl", "mysql://u@db/stack"):
                 with pytest.raises(ValidationError, match=f"{name.upper()} must be a sqlite"):
                     cls(**{name: wrong})
+
+
+def test_no_number_setting_takes_infinity():
+    # "inf" passed every bound: GRACEFUL_SHUTDOWN_SECONDS=inf or SESSION_FLUSH_INTERVAL=inf started a gateway.
+    from gateway.features import settings_classes
+
+    for cls in settings_classes():
+        for name, field in cls.model_fields.items():
+            if float in (field.annotation, *getattr(field.annotation, "__args__", ())):
+                with pytest.raises(ValidationError, match=name):  # ("nan" failed every bound already)
+                    cls(**{name: "inf"})

@@ -128,7 +128,9 @@ fi
 [[ -n "${VLLM_BASE_URL:-}" ]] && export VLLM_BASE_URL
 export DATABASE_URL="${DATABASE_URL:-sqlite+aiosqlite:///$DATA_DIR/stack.db}"
 export SEED_DEMO_DATA="${SEED_DEMO_DATA:-true}"
-log "starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT (database: $DATABASE_URL)"
+# The database URL as it may be shown: its password (postgresql://user:PASSWORD@host/db) as ***.
+shown_database="$(sed -E 's#^([^:/]+://[^:/@]*):[^/]*@#\1:***@#' <<<"$DATABASE_URL")"
+log "starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT (database: $shown_database)"
 in_own_group env HOST="$GATEWAY_HOST" PORT="$GATEWAY_PORT" "$GATEWAY_VENV/bin/stack-gateway"
 GATEWAY_PID=$!
 
@@ -160,7 +162,7 @@ cat >&2 <<EOF
   The stack is up.
     gateway  $GATEWAY_URL      (OpenAI API at $GATEWAY_URL/v1)
     engine   ${VLLM_BASE_URLS:-${VLLM_DNS_URL:-$VLLM_BASE_URL}}      model: $model${LAUNCHER_PID:+ (logs: $LOG_DIR/engine*.log)}
-    database $DATABASE_URL
+    database $shown_database
 
   Try:
     curl $GATEWAY_URL/health$auth

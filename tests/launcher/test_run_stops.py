@@ -194,3 +194,19 @@ def test_ctrl_c_on_make_run_prints_no_error(stack, run_env):
     # (a shell shows status 130), printing nothing; "Error 1" would mean run.sh failed.
     assert process.returncode == -signal.SIGINT, "\n".join(lines)
     assert session_processes(process.pid) == []
+
+
+def test_run_sh_shows_the_database_url_without_its_password(run_env):
+    # It printed DATABASE_URL whole ("starting the gateway ... (database: postgresql+asyncpg://stack:PASSWORD@...").
+    env = run_env | {"DATABASE_URL": "postgresql+asyncpg://stack:pw-not-shown@127.0.0.1:1/stack"}
+    process = subprocess.Popen(["./run.sh"], cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               preexec_fn=default_stop_signals)
+    try:
+        output, _ = process.communicate(timeout=HANG_GUARD)
+    finally:
+        for pid in session_processes(process.pid):
+            os.kill(pid, signal.SIGKILL)
+    # (The gateway then refuses a PostgreSQL URL for the default SQLite session store, and run.sh stops.)
+    assert "(database: postgresql+asyncpg://stack:***@127.0.0.1:1/stack)" in output, output[-3000:]
+    assert "pw-not-shown" not in output

@@ -425,6 +425,17 @@ class Settings(BaseSettings):
                              f"postgresql+asyncpg://USER:PASSWORD@HOST/DB URL")
         return value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        # Compared with the Host header's name, without its port: "http://devbox" or "devbox:8000" never
+        # matched, and every request by that name got 421.
+        for name in value:
+            if not _HOST_NAME.match(name) and not _is_address(name):
+                raise ValueError(f"ALLOWED_HOSTS entries are host names or addresses without a scheme, port or "
+                                 f"path (e.g. devbox.internal); got {name!r}")
+        return value
+
     @field_validator("vllm_dns_networks", "webhook_allowed_networks")
     @classmethod
     def _networks(cls, value: list[str], info: ValidationInfo) -> list[str]:
@@ -471,6 +482,16 @@ def without_password(url: str) -> str:
     except ArgumentError:
         return url if "@" not in url else "<a database URL that does not parse>"
 
+
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?$")
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 _ORIGIN = re.compile(r"^(https?)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
 _DEFAULT_PORTS = {"http": "80", "https": "443"}

@@ -116,3 +116,12 @@ def test_no_number_setting_takes_infinity():
             if float in (field.annotation, *getattr(field.annotation, "__args__", ())):
                 with pytest.raises(ValidationError, match=name):  # ("nan" failed every bound already)
                     cls(**{name: "inf"})
+
+
+def test_allowed_hosts_are_names_that_can_match_a_host_header():
+    # Compared with the Host header's name without its port: these never matched (every request got 421).
+    for wrong in ("http://devbox.internal", "devbox.internal:8000", "[::1]", "*.example.com", "cafe:8000"):
+        with pytest.raises(ValidationError, match="ALLOWED_HOSTS entries are host names or addresses"):
+            Settings(allowed_hosts=wrong)
+    assert Settings(allowed_hosts="devbox.internal, 10.0.0.5, fe80::1").allowed_hosts == \
+        ["devbox.internal", "10.0.0.5", "fe80::1"]

@@ -212,7 +212,9 @@ def otlp_exporter(settings: Settings) -> SpanExporter | None:
     # The traces' own variables win over the general ones (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: the
     # same one vLLM reads, set for both in one environment).
     secret = settings.otel_exporter_otlp_traces_headers or settings.otel_exporter_otlp_headers
-    headers = parse_headers(secret.get_secret_value() if secret is not None else "")
+    name = "OTEL_EXPORTER_OTLP_TRACES_HEADERS" if settings.otel_exporter_otlp_traces_headers \
+        else "OTEL_EXPORTER_OTLP_HEADERS"
+    headers = parse_headers(secret.get_secret_value() if secret is not None else "", name)
     timeout = export_timeout_ms(settings) / 1000
     protocol = settings.otel_exporter_otlp_traces_protocol or settings.otel_exporter_otlp_protocol
     if protocol == "grpc":
@@ -230,13 +232,21 @@ def export_timeout_ms(settings: Settings) -> float:
     return settings.otel_exporter_otlp_traces_timeout or settings.otel_exporter_otlp_timeout
 
 
-def parse_headers(text: str) -> dict[str, str]:
-    """``OTEL_EXPORTER_OTLP_HEADERS``: ``name=value`` pairs separated by commas (values URL-encoded)."""
+def parse_headers(text: str, variable: str = "OTEL_EXPORTER_OTLP_HEADERS") -> dict[str, str]:
+    """``OTEL_EXPORTER_OTLP_HEADERS``: ``name=value`` pairs separated by commas (values URL-encoded).
+
+    A pair that is not one is refused, naming ``variable`` but never the text (it holds a vendor's
+    key): dropped, as it was, the exporter sent no credentials and every export was refused.
+    """
     from urllib.parse import unquote
 
     headers = {}
     for pair in text.split(","):
+        if not pair.strip():
+            continue
         name, sep, value = pair.partition("=")
-        if sep and name.strip():
-            headers[name.strip().lower()] = unquote(value.strip())
+        if not sep or not name.strip():
+            raise ValueError(f"{variable} must be name=value pairs separated by commas (e.g. "
+                             f"api-key=...,team=...; values URL-encoded); one is not (its text is not shown)")
+        headers[name.strip().lower()] = unquote(value.strip())
     return headers

@@ -95,6 +95,21 @@ def test_the_traces_own_headers_and_timeout_win(environment):
     assert isinstance(otlp_exporter(Settings()), GrpcExporter)
 
 
+def test_headers_that_are_no_name_value_pairs_are_refused_by_name_without_their_text(environment):
+    # "Authorization: Bearer ..." (a colon) was dropped in silence: no credentials, every export refused.
+    environment.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ENDPOINT)
+    environment.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer vendor-secret-1")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs") as refused:
+        otlp_exporter(Settings())
+    assert "vendor-secret-1" not in str(refused.value)
+    environment.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=vendor-secret-2,=x")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_TRACES_HEADERS must be") as refused:
+        otlp_exporter(Settings())
+    assert "vendor-secret-2" not in str(refused.value)
+    environment.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=vendor%20secret,team=a,")  # (a trailing comma)
+    assert otlp_exporter(Settings())._client._headers["api-key"] == "vendor secret"
+
+
 def begin(tracing: Tracing, traceparent: bytes | None):
     headers = [(b"traceparent", traceparent)] if traceparent is not None else []
     scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": headers}

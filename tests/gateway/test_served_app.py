@@ -38,9 +38,21 @@ async def test_an_app_built_by_a_test_leaves_the_heap_alone(tmp_path, unfrozen):
         assert gc.get_freeze_count() == 0
 
 
-def test_the_cli_serves_the_app_that_freezes_its_heap(monkeypatch):
+def test_the_cli_serves_the_app_that_freezes_its_heap(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/db.sqlite")
+    built = []
+
+    def recording_create_app(settings, **options):
+        built.append((create_app(settings, **options), options))
+        return built[-1][0]
+
+    monkeypatch.setattr(gateway.cli, "create_app", recording_create_app)
     served = {}
     monkeypatch.setattr(gateway.cli.uvicorn, "run", lambda app, **options: served.update(app=app, **options))
-    gateway.cli.main()
+    gateway.cli.main()  # one worker: the app built (and checked) here is the one served
+    [(app, options)] = built
+    assert served["app"] is app and served["factory"] is False and options == {"freeze_heap_when_started": True}
+    monkeypatch.setenv("WORKERS", "2")
+    gateway.cli.main()  # several: each worker builds its own, through the factory
     assert served["factory"] is True
     assert uvicorn.importer.import_from_string(served["app"]) is create_served_app

@@ -282,7 +282,7 @@ class EngineClient:
                     continue
                 # No other engine: the client gets this engine's 503 (the stream reads as refused).
                 return EngineStream(Refused(503, body_503), self.chunk_timeout, engine, self.fleet)
-            engine.succeeded()
+            # (Not "served" yet: its run of failures ends when the stream reaches its end, ``reach_end``.)
             first_bytes = tracing.on_first_bytes(request, self._first_token_timer(path, route, started))
             return EngineStream(response, self.chunk_timeout, engine, self.fleet, on_first_bytes=first_bytes)
 

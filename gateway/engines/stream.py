@@ -78,7 +78,14 @@ class EngineStream:
         next request pays a new TCP connection (measured: a new socket per streamed request).
         A body that goes on after its terminal event, or does not end within
         ``END_OF_BODY_SECONDS``, is closed as before.
+
+        The terminal event is also what makes the stream a request its engine served: it ends
+        the engine's run of ejections. Its response headers do not: an engine whose API server
+        answers while its engine core hangs (``/health`` still 200) sends headers and then
+        nothing, and its ejections must grow, not start again at the shortest.
         """
+        if self.engine is not None:
+            self.engine.succeeded()
         if self.closed or self.response.content.is_eof():
             return
         try:
@@ -114,6 +121,8 @@ class EngineStream:
             raise translate_client_error(exc) from exc
         finally:
             self.close()
+        if self.status < 500 and self.engine is not None:  # it answered this request: it works
+            self.engine.succeeded()
         return parse_error_body(self.status, body)
 
     def close(self) -> None:

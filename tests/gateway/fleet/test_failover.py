@@ -178,3 +178,30 @@ async def test_engines_found_by_dns_serve_requests_and_leave_with_their_address(
             answer = await client.post(CHAT, json=chat_body())
             assert answer.status_code == 503
             assert engine.requests == 1
+
+
+async def test_an_engine_whose_streams_open_then_stall_is_ejected_for_longer_each_time():
+    """vLLM with a hung engine core: its API server still answers /health (200) and a stream's headers, then
+    nothing. Response headers are not a request served: its ejections double (5 s, then 10 s), where they
+    used to start again at 5 s after every stream's headers, so it kept getting a stream every 5 s."""
+    async with fake_fleet(1) as (zombie,):
+        settings = fleet_settings([zombie], upstream_chunk_timeout=0.3)
+        async with serving(settings) as client:
+            engine = client.app.state.gateway.engine_state.fleet.get(zombie.base_url)
+            zombie.stall_after = 0
+            first = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "a", "max_tokens": 4,
+                                                               "stream": True})
+            assert "stream_interrupted" in first.text and zombie.streams_started == 1
+            assert 0 < engine.ejected_until - time.monotonic() <= 5
+            engine.ejected_until = 0.0  # that ejection ran out: the next stream may go there again
+            second = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "b", "max_tokens": 4,
+                                                                "stream": True})
+            assert "stream_interrupted" in second.text and zombie.streams_started == 2
+            assert engine.ejected_until - time.monotonic() > 5  # doubled: 10 s
+            # A stream it does serve to its end ends the run.
+            zombie.stall_after = None
+            engine.ejected_until = 0.0
+            served = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "c", "max_tokens": 4,
+                                                                "stream": True})
+            assert served.status_code == 200 and served.text.rstrip().endswith("data: [DONE]")
+            assert zombie.streams_started == 3 and engine.failures_in_a_row == 0

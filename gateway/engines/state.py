@@ -65,6 +65,8 @@ class EngineState:
         self.last_error: str | None = None
         self.checked_at = 0.0
         self._refreshing: asyncio.Task | None = None
+        # Done once the current look settled readiness: an engine it looked at is ready, or it ended.
+        self._settled: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
         self._listeners: list[Callable[[], None]] = []
 
@@ -174,13 +176,18 @@ class EngineState:
         await asyncio.shield(self._shared_look())
 
     async def refresh_if_stale(self, *, max_wait: float = 2.0) -> None:
-        """Refresh a look older than a second, waiting at most ``max_wait`` for it.
+        """Refresh a look older than a second, waiting at most ``max_wait`` for it to settle readiness.
 
         Health endpoints use this: they answer from what is known when the
         engine is slow to answer, while the look goes on in the background.
+        The wait ends as soon as one engine's fresh look says it is ready (the fleet is
+        ready then, whatever the others answer): a hung engine, whose look takes
+        ``LOOK_TIMEOUT``, does not make every readiness probe wait ``max_wait`` while
+        another engine serves (Kubernetes gives a probe one second by default).
         """
         if time.monotonic() - self.checked_at > FRESH_SECONDS:
-            await asyncio.wait({self._shared_look()}, timeout=max_wait)
+            self._shared_look()
+            await asyncio.wait({self._settled}, timeout=max_wait)
 
     async def look_again(self) -> None:
         """No engine can take a request: a fresh look (if the last is stale), briefly awaited."""
@@ -188,20 +195,31 @@ class EngineState:
 
     def _shared_look(self) -> asyncio.Task:
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.get_running_loop().create_task(self._look_all())
+            loop = asyncio.get_running_loop()
+            self._settled = loop.create_future()
+            self._refreshing = loop.create_task(self._look_all(self._settled))
         return self._refreshing
 
-    async def _look_all(self) -> None:
+    async def _look_all(self, settled: asyncio.Future) -> None:
         try:
             if self.discovery is not None and not self.fleet.engines:  # the first look of a discovered fleet
                 members = await self.discovery.members()
                 if members is not None:
                     self.fleet.replace(members)
-            await asyncio.gather(*(self._look(engine) for engine in list(self.fleet.engines)))
+            await asyncio.gather(*(self._look_settling(engine, settled) for engine in list(self.fleet.engines)))
         finally:
             self.checked_at = time.monotonic()
             self._aggregate()
+            if not settled.done():
+                settled.set_result(None)
             self._changed()
+
+    async def _look_settling(self, engine: Engine, settled: asyncio.Future) -> None:
+        """Look at ``engine``; the first engine found ready settles the fleet's readiness at once."""
+        await self._look(engine)
+        if engine.ready and not settled.done():
+            self._aggregate()
+            settled.set_result(None)
 
     async def _look(self, engine: Engine) -> None:
         pinned = RouteHints(engine=engine.id)

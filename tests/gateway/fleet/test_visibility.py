@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.gateway.fleet.conftest import serving
 from tests.gateway.fleet.fakes import fake_fleet, fleet_settings
 
@@ -64,3 +66,20 @@ async def test_metrics_count_requests_errors_retries_continuations_and_decisions
     assert died == [f'gateway_engine_errors_total{{engine="{flaky.base_url}",kind="bad_response"}} 1.0']
     assert f'gateway_engine_up{{engine="{steady.base_url}"}} 1.0' in lines
     assert f'gateway_engine_up{{engine="{flaky.base_url}"}} 0.0' in lines  # ejected again: it died mid-stream
+
+
+async def test_readiness_answers_at_once_while_one_engine_hangs_and_another_serves():
+    """One engine of two hangs (it accepts connections and never answers: its look runs into LOOK_TIMEOUT,
+    10 s). /readyz and /health answered only after waiting 2 s for that look, on every call once the last
+    look was a second old: past a Kubernetes probe's default timeout (1 s), so every gateway replica of the
+    fleet read unready because of one hung engine. They answer once the serving engine's look is in."""
+    async with fake_fleet(2) as (hung, serving_engine), serving(fleet_settings([hung, serving_engine])) as client:
+        state = client.app.state.gateway.engine_state
+        hung.models_delay = 3600
+        for path in ("/readyz", "/health", "/readyz"):
+            state.checked_at = 0.0  # the last look is stale: this call starts a new one (the hung one's goes on)
+            started = time.monotonic()
+            answer = await client.get(path)
+            elapsed = time.monotonic() - started
+            assert answer.status_code == 200 and answer.json()["ready"] is True
+            assert elapsed < 1.0, f"{path} took {elapsed:.2f} s"

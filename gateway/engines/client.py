@@ -322,13 +322,27 @@ class EngineClient:
         return self._decode(status, body)
 
     async def _fleet_models(self, timeout: float | None) -> dict:
-        """Every ready engine's model cards, each name once (the first engine's card wins)."""
+        """Every ready engine's model cards, each name once (the first engine's card wins).
+
+        An engine that does not answer now contributes the cards its last look read (a model only it
+        serves keeps its own card: not another model's context length, not listed as an alias), and
+        one whose last look already went unanswered is not asked (a hung engine would hold every
+        listing for ``timeout``)."""
         engines = [engine for engine in self.fleet.engines if engine.ready] or list(self.fleet.engines)
         if not engines:
             raise self.router.unavailable(None)
-        answers = await asyncio.gather(
-            *(self.get_json(MODELS_PATH, timeout=timeout, route=RouteHints(engine=engine.id)) for engine in engines),
-            return_exceptions=True)
+
+        async def listing(engine: Engine) -> dict:
+            if engine.timeouts_in_a_row and engine.cards:
+                return {"data": engine.cards}
+            try:
+                return await self.get_json(MODELS_PATH, timeout=timeout, route=RouteHints(engine=engine.id))
+            except EngineError:
+                if engine.cards:
+                    return {"data": engine.cards}
+                raise
+
+        answers = await asyncio.gather(*(listing(engine) for engine in engines), return_exceptions=True)
         cards: list[dict] = []
         seen: set[object] = set()
         failures: list[EngineError] = []

@@ -83,3 +83,25 @@ async def test_readiness_answers_at_once_while_one_engine_hangs_and_another_serv
             elapsed = time.monotonic() - started
             assert answer.status_code == 200 and answer.json()["ready"] is True
             assert elapsed < 1.0, f"{path} took {elapsed:.2f} s"
+
+
+async def test_a_model_whose_only_engine_hangs_keeps_its_own_card_in_the_listing():
+    """The engine serving ``long-model`` hangs (still ready: its looks have not timed out yet). /v1/models listed
+    it with another model's card: as an alias of the default model (``parent``) with that model's context
+    length, which clients size their requests by. It keeps the card its engine's last look read; once that
+    engine's look went unanswered, the listing no longer waits for it."""
+    async with fake_fleet(2) as (short, long_):
+        short.models, long_.models, long_.max_model_len = ["short-model"], ["long-model"], 32768
+        async with serving(fleet_settings([short, long_])) as client:
+            long_.models_delay = 3600
+            for attempt in ("asked", "not asked"):
+                started = time.monotonic()
+                listing = (await client.get("/v1/models")).json()["data"]
+                elapsed = time.monotonic() - started
+                card = next(card for card in listing if card["id"] == "long-model")
+                assert (card["parent"], card["max_model_len"]) == (None, 32768), attempt
+                one = (await client.get("/v1/models/long-model")).json()
+                assert (one["parent"], one["max_model_len"]) == (None, 32768), attempt
+                engine = client.app.state.gateway.engine_state.fleet.get(long_.base_url)
+                engine.timeouts_in_a_row = 1  # its look went unanswered (LOOK_TIMEOUT): it is not asked any more
+            assert elapsed < 1.0, f"the listing waited {elapsed:.2f} s for an engine whose look went unanswered"

@@ -37,6 +37,7 @@ from starlette.types import Scope
 
 from gateway.core import Core
 from gateway.engines.errors import EngineTimeout
+from gateway.failures import Unavailable
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext, request_context
 from gateway.http.errors import OPENAI_SHAPE, GatewayError
@@ -158,6 +159,10 @@ class OpenAIRelay:
         wanted = request.path_params["model"]
         cards = visible_cards(self.core.relay.meter, request.principal, await self._cards())
         card = next((card for card in cards if card.get("id") == wanted), None)
+        if card is None and visible_cards(self.core.relay.meter, request.principal, [{"id": wanted}]) and any(
+                wanted in engine.models for engine in self.core.engine_state.engines):
+            # Known, but every engine serving it is down: what a request for it answers (not "does not exist").
+            raise Unavailable(f"every inference engine serving '{wanted}' is down", code="engine_unavailable")
         if card is None:
             valid = ", ".join(str(card.get("id")) for card in cards)
             raise GatewayError(404, f"The model '{wanted}' does not exist. Available models: {valid}",

@@ -155,6 +155,11 @@ async def test_requests_go_to_the_engines_serving_their_model():
             down = await client.post(CHAT, json={**chat_body(), "model": "large"})
             assert down.status_code == 503 and "'large'" in down.json()["error"]["message"]
             assert (await client.post(CHAT, json={**chat_body(), "model": "small"})).status_code == 200
+            # Retrieving it answers as a request for it does (it used to be a 404 "does not exist");
+            # a model no engine ever served is still a 404.
+            card = await client.get("/v1/models/large")
+            assert card.status_code == 503 and card.json()["error"]["code"] == "engine_unavailable"
+            assert (await client.get("/v1/models/huge")).status_code == 404
 
 
 async def test_engines_found_by_dns_serve_requests_and_leave_with_their_address():

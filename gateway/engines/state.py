@@ -129,7 +129,9 @@ class EngineState:
             return self.default_model
         if isinstance(requested, str) and any(requested in engine.models for engine in self.fleet.engines):
             raise Unavailable(f"every inference engine serving '{requested}' is down", code="engine_unavailable")
-        valid = ", ".join(self.public_models)
+        names = self.public_models  # and the models of engines that are down (a request for one is a 503)
+        names += [name for engine in self.fleet.engines for name in engine.models if name not in names]
+        valid = ", ".join(dict.fromkeys(names))
         raise NotFound(f"The model '{requested}' does not exist. Available models: {valid}", param="model",
                        code="model_not_found")
 

@@ -160,6 +160,11 @@ async def test_requests_go_to_the_engines_serving_their_model():
             card = await client.get("/v1/models/large")
             assert card.status_code == 503 and card.json()["error"]["code"] == "engine_unavailable"
             assert (await client.get("/v1/models/huge")).status_code == 404
+            # An unknown model's 404 still lists it among the valid names (it used to drop it while it is down).
+            unknown = await client.post(CHAT, json={**chat_body(), "model": "huge"})
+            assert unknown.status_code == 404
+            assert unknown.json()["error"]["message"] == (
+                "The model 'huge' does not exist. Available models: small, stack-2.9, large")
 
 
 async def test_engines_found_by_dns_serve_requests_and_leave_with_their_address():

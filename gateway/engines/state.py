@@ -255,7 +255,7 @@ class EngineState:
                     return
             if isinstance(exc, EngineUnavailable):
                 engine.reachable = False
-            if engine.ready:
+            if engine.ready or not engine.checked_at:  # (its first look too: an engine down from the start)
                 log.warning("engine not ready", extra={"engine": engine.id, "reason": exc.message})
             engine.ready = False
             engine.last_error = exc.message

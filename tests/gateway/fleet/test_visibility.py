@@ -105,3 +105,15 @@ async def test_a_model_whose_only_engine_hangs_keeps_its_own_card_in_the_listing
                 engine = client.app.state.gateway.engine_state.fleet.get(long_.base_url)
                 engine.timeouts_in_a_row = 1  # its look went unanswered (LOOK_TIMEOUT): it is not asked any more
             assert elapsed < 1.0, f"the listing waited {elapsed:.2f} s for an engine whose look went unanswered"
+
+
+async def test_an_engine_unreachable_from_the_start_is_logged_once(caplog):
+    """A fleet started with one engine down (a wrong address, a pod not up yet) logged nothing about it: the
+    warning came only when a ready engine turned not ready. Its first look says so, once."""
+    async with fake_fleet(2) as (down, up):
+        await down.stop()
+        with caplog.at_level("WARNING", logger="gateway.engine"):
+            async with serving(fleet_settings([down, up])) as client:
+                await client.app.state.gateway.engine_state.refresh()  # a second look: no second warning
+        warnings = [record for record in caplog.records if record.getMessage() == "engine not ready"]
+        assert [record.engine for record in warnings] == [down.base_url]

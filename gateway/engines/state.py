@@ -251,7 +251,10 @@ class EngineState:
             if isinstance(exc, (EngineTimeout, BadGateway)) and engine.ready:
                 engine.timeouts_in_a_row += 1
                 if engine.timeouts_in_a_row < TIMEOUTS_BEFORE_NOT_READY:
-                    engine.last_error, engine.error_kind = exc.message, exc.kind
+                    # Still ready (it may only be busy), but rested as a failed request rests it: new
+                    # requests go to the other engines meanwhile (to this one only if none is routable),
+                    # instead of waiting on a hung engine until its third look takes it out.
+                    self.fleet.failed(engine, exc.kind, f"its look went unanswered: {exc.message}")
                     return
             if isinstance(exc, EngineUnavailable):
                 engine.reachable = False

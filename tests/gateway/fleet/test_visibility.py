@@ -117,3 +117,32 @@ async def test_an_engine_unreachable_from_the_start_is_logged_once(caplog):
                 await client.app.state.gateway.engine_state.refresh()  # a second look: no second warning
         warnings = [record for record in caplog.records if record.getMessage() == "engine not ready"]
         assert [record.engine for record in warnings] == [down.base_url]
+
+
+async def test_an_engine_whose_look_goes_unanswered_is_rested_at_once_not_after_three_looks(monkeypatch):
+    """A hung engine (it accepts connections and never answers) stayed ready, and took its share of new
+    requests, until its third look in a row timed out (LOOK_TIMEOUT, 10 s, every ENGINE_POLL_INTERVAL:
+    about 30 s, every such request waiting UPSTREAM_FIRST_BYTE_TIMEOUT). The first unanswered look rests
+    it as a failed request does: still ready (it may only be busy), new requests go to the other engine."""
+    monkeypatch.setattr("gateway.engines.state.LOOK_TIMEOUT", 0.2)
+    async with fake_fleet(2) as (hung, steady), serving(fleet_settings([hung, steady])) as client:
+        state = client.app.state.gateway.engine_state
+        hung.models_delay = 3600
+        await state.refresh()
+        answers = [await client.post(CHAT, json=chat(i)) for i in range(8)]
+        body = (await client.get("/health")).json()
+    assert [answer.status_code for answer in answers] == [200] * 8
+    assert (hung.requests, steady.requests) == (0, 8)
+    assert [(entry["ready"], entry["ejected"]) for entry in body["engines"]] == [(True, True), (True, False)]
+
+
+async def test_an_only_engine_whose_look_goes_unanswered_still_takes_requests(monkeypatch):
+    monkeypatch.setattr("gateway.engines.state.LOOK_TIMEOUT", 0.2)
+    async with fake_fleet(1) as (slow,), serving(fleet_settings([slow])) as client:
+        state = client.app.state.gateway.engine_state
+        slow.models_delay = 3600
+        await state.refresh()
+        answer = await client.post(CHAT, json=chat(0))
+        body = (await client.get("/health")).json()
+    assert answer.status_code == 200 and slow.requests == 1
+    assert [(entry["ready"], entry["ejected"]) for entry in body["engines"]] == [(True, True)]

@@ -63,7 +63,7 @@ async def test_concurrent_requests_spread_over_both_engines(vllm_fleet):
     before = await engine_counts(vllm_fleet, "vllm:request_success_total")
     async with serving(fleet_settings(vllm_fleet)) as client:
         bodies = [{"model": MODEL, "messages": [{"role": "user", "content": f"Question number {i}?"}],
-                   "max_tokens": 64, "temperature": 0, "ignore_eos": True} for i in range(16)]
+                   "max_tokens": 24, "temperature": 0, "ignore_eos": True} for i in range(16)]
         answers = await asyncio.gather(*(client.post(CHAT, json=body) for body in bodies))
     assert [answer.status_code for answer in answers] == [200] * 16
     served = delta(await engine_counts(vllm_fleet, "vllm:request_success_total"), before)

@@ -22,11 +22,11 @@ from fastapi import APIRouter
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.api import Gateway
+from gateway.api import Gateway, dispose_database_engine
 from marketplace.catalogue.demo import seed_if_empty
 from marketplace.cleanup import Cleanup
 from marketplace.database.availability import Availability
-from marketplace.database.engines import create_engine, create_sessionmaker, dispose, normalize_url
+from marketplace.database.engines import create_engine, create_sessionmaker, normalize_url
 from marketplace.migrations.runner import migrate
 from marketplace.places.gazetteer import Gazetteer
 from marketplace.search.cursor import CursorSigner, load_signer
@@ -69,7 +69,7 @@ class Marketplace:
         await self.availability.stop()
         engine, self.engine = self.engine, None
         if engine is not None:
-            await dispose(engine)  # (bounded: a database that hangs must not hold the gateway's shutdown)
+            await dispose_database_engine(engine)  # (bounded: a hung database must not hold the shutdown)
 
     def status(self) -> dict:
         return {"ready": self.availability.ready, **self.availability.status()}

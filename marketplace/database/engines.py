@@ -90,30 +90,3 @@ def create_engine(url: str, **kwargs) -> AsyncEngine:
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """Sessions whose objects stay readable after commit (routes serialise them afterwards)."""
     return async_sessionmaker(engine, expire_on_commit=False)
-
-
-DISPOSE_SECONDS = 2.0  # closing its connections at shutdown (a healthy database takes milliseconds)
-_left_behind: set[asyncio.Task] = set()
-
-
-async def dispose(engine: AsyncEngine, *, seconds: float = DISPOSE_SECONDS) -> None:
-    """``engine.dispose()`` within ``seconds``; past them its connections are left to the process's exit.
-
-    Closing an asyncpg connection waits for the server without a bound of its own: against a
-    PostgreSQL that hangs (a partition, a frozen host), a gateway stopped with SIGTERM never
-    finished its shutdown here.
-    """
-    task = asyncio.ensure_future(engine.dispose())
-    await asyncio.wait({task}, timeout=seconds)
-    if task.done():
-        task.result()
-        return
-    task.cancel()
-    _left_behind.add(task)
-    task.add_done_callback(_forget)
-
-
-def _forget(task: asyncio.Task) -> None:
-    _left_behind.discard(task)
-    if not task.cancelled():
-        task.exception()  # (retrieved: nobody waits for it any more)

@@ -317,6 +317,9 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(8, ge=1)
     webhook_backoff_seconds: float = Field(5.0, gt=0)  # the first retry's delay; doubled each time
     webhook_concurrency: int = Field(8, ge=1)
+    # How long an ended batch (a Message Batch's results with it) and a finished webhook delivery are kept
+    # before the sweep removes them (Anthropic keeps a Message Batch's results 29 days, OpenAI its files 30).
+    jobs_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
 
     @field_validator("model_aliases", "api_keys", "app_api_keys", "admin_api_keys", "metrics_api_keys", "features",
                      "engine_admin_routes", "vllm_base_urls", "cors_origins", "allowed_hosts", "vllm_dns_networks",

@@ -59,7 +59,8 @@ class OfflineJobs:
         self.deliverer = Deliverer(self.db, allowed=allowed, timeout=settings.webhook_timeout_seconds,
                                    max_attempts=settings.webhook_max_attempts,
                                    backoff=settings.webhook_backoff_seconds, concurrency=settings.webhook_concurrency,
-                                   poll_seconds=settings.batch_poll_seconds, replica=self.worker.replica)
+                                   poll_seconds=settings.batch_poll_seconds,
+                                   retention_seconds=settings.jobs_retention_seconds, replica=self.worker.replica)
 
     def routers(self, shapes: ErrorShapes) -> list[APIRouter]:
         shapes.register_prefix(MESSAGES_BATCHES_PREFIX, ANTHROPIC_SHAPE)

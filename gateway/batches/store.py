@@ -136,6 +136,22 @@ class BatchStore:
                 deleted_at=time.time()))
             await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id == record.id))
 
+    async def prune(self, before: float, *, limit: int = 500) -> int:
+        """Remove up to ``limit`` batches that ended and were created before ``before``, or were deleted; how many.
+
+        The batches table would otherwise keep every batch any key ever ran (``JOBS_RETENTION_SECONDS``).
+        A batch's window ends a day after its creation, so one created before the retention has long
+        ended; one still active is never removed, whatever its age.
+        """
+        async with self.db.begin() as connection:
+            gone = (await connection.execute(sa.select(batches.c.id).where(sa.or_(
+                batches.c.deleted_at.is_not(None),
+                sa.and_(batches.c.status.in_(ENDED), batches.c.created_at < before))).limit(limit))).scalars().all()
+            if gone:
+                await connection.execute(sa.delete(batch_lines).where(batch_lines.c.batch_id.in_(gone)))
+                await connection.execute(sa.delete(batches).where(batches.c.id.in_(gone)))
+        return len(gone)
+
     async def stored_bytes(self, owner: str) -> int:
         """What ``owner``'s batches keep in the lines table: their requests' and answers' text.
 

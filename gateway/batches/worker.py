@@ -71,7 +71,8 @@ from gateway.jobs.store import StoreUnavailable
 log = logging.getLogger("gateway.batches")
 
 MAX_HELD = 16               # batches one replica holds at once (the rest wait for another replica or a slot)
-SWEEP_EVERY_SECONDS = 60.0  # expired files removed this often (or each retention period, if shorter)
+# Expired files, and batches past JOBS_RETENTION_SECONDS, removed this often (or each retention period, if shorter).
+SWEEP_EVERY_SECONDS = 60.0
 RETRY_BASE_SECONDS = 1.0    # a line whose engine could not be used waits 1, 2, 4... s before its next try
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
@@ -156,9 +157,11 @@ class BatchWorker:
                 if self.held.pop(batch_id, None) is not None:
                     self.held[batch_id] = epoch
                 raise
-        if now - self._swept >= min(SWEEP_EVERY_SECONDS, self.settings.files_retention_seconds):
+        if now - self._swept >= min(SWEEP_EVERY_SECONDS, self.settings.files_retention_seconds,
+                                    self.settings.jobs_retention_seconds):
             self._swept = now
             await self.files.sweep()
+            await self.store.prune(now - self.settings.jobs_retention_seconds)
 
     def _lose(self, batch_id: str) -> None:
         """Another replica holds the batch now: stop its lines here (their results would be dropped)."""

@@ -7,7 +7,9 @@ error status, a timeout, a refused connection) schedules the next attempt after
 ``WEBHOOK_BACKOFF_SECONDS`` x 2^(attempts-1) (capped at an hour), up to
 ``WEBHOOK_MAX_ATTEMPTS``; a destination the allow-list refuses fails at once. At most
 ``WEBHOOK_CONCURRENCY`` posts are in flight, each bounded by ``WEBHOOK_TIMEOUT_SECONDS``: a slow
-receiver holds one slot, never a request.
+receiver holds one slot, never a request. Finished rows (delivered or failed) are removed once
+they are older than ``JOBS_RETENTION_SECONDS`` (``prune``), so the outbox holds what is pending
+plus what that period published.
 """
 
 from __future__ import annotations
@@ -36,12 +38,18 @@ from gateway.webhooks.destinations import (
 log = logging.getLogger("gateway.webhooks")
 
 MAX_BACKOFF_SECONDS = 3600.0
+PRUNE_EVERY_SECONDS = 60.0  # finished rows past the retention removed this often (or each retention, if shorter)
+PRUNE_ROWS = 500  # at most this many per round: a large backlog goes over several rounds, never one long transaction
+FINISHED = ("delivered", "failed")
 
 
 class Deliverer:
     def __init__(self, db: JobsDatabase, *, allowed: list[Network], timeout: float, max_attempts: int,
-                 backoff: float, concurrency: int, poll_seconds: float, replica: str | None = None) -> None:
+                 backoff: float, concurrency: int, poll_seconds: float, retention_seconds: float,
+                 replica: str | None = None) -> None:
         self.db = db
+        self.retention_seconds = retention_seconds
+        self._pruned = 0.0
         self.allowed = allowed
         self.timeout = timeout
         self.max_attempts = max_attempts
@@ -82,6 +90,10 @@ class Deliverer:
         while True:
             try:
                 await self._deliver_due()
+                now = time.time()
+                if now - self._pruned >= min(PRUNE_EVERY_SECONDS, self.retention_seconds):
+                    self._pruned = now
+                    await self.prune(now - self.retention_seconds)
             except StoreUnavailable:
                 pass
             except Exception:  # a bug must not end deliveries for good
@@ -110,6 +122,16 @@ class Deliverer:
                 task = asyncio.create_task(self._deliver(delivery_id))
                 self._inflight.add(task)
                 task.add_done_callback(self._done)
+
+    async def prune(self, before: float) -> int:
+        """Remove up to ``PRUNE_ROWS`` finished deliveries created before ``before``; how many."""
+        async with self.db.begin() as connection:
+            gone = (await connection.execute(sa.select(webhook_outbox.c.id).where(
+                webhook_outbox.c.state.in_(FINISHED), webhook_outbox.c.created_at < before,
+            ).limit(PRUNE_ROWS))).scalars().all()
+            if gone:
+                await connection.execute(sa.delete(webhook_outbox).where(webhook_outbox.c.id.in_(gone)))
+        return len(gone)
 
     def _done(self, task: asyncio.Task) -> None:
         self._inflight.discard(task)

@@ -105,6 +105,10 @@ class Endpoints:
         await self.get(endpoint_id)
         async with self.db.begin() as connection:
             await connection.execute(sa.delete(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))
+            # Its deliveries too: nothing can read them now (its deliveries route answers 404), and a
+            # pending one could only fail with "endpoint deleted". (A delivery posting right now
+            # finishes; its row's update then touches nothing.)
+            await connection.execute(sa.delete(webhook_outbox).where(webhook_outbox.c.endpoint_id == endpoint_id))
         return {"id": endpoint_id, "object": "webhook_endpoint", "deleted": True}
 
     async def deliveries(self, endpoint_id: str) -> list[dict]:

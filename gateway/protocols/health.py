@@ -89,7 +89,10 @@ def health_router(core: Core, features: Sequence[ReportsStatus] = ()) -> APIRout
     @router.get("/readyz", summary="Readiness: 200 only when the engine is ready (details with a key)")
     async def readyz(request: Request) -> Response:
         status = await engine_status()
-        body = status if knows(request) else public_readiness(status["ready"])
+        readiness = public_readiness(status["ready"])
+        # A caller with a key gets the details too, under readiness's own status: /health's "healthy"
+        # (alive) would contradict a 503.
+        body = {**status, **readiness} if knows(request) else readiness
         return JSONResponse(body, status_code=200 if status["ready"] else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")

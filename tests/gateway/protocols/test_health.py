@@ -31,6 +31,7 @@ async def test_any_valid_key_gets_the_details(make_settings, fake_engine, header
     assert health["engine"]["models"] == ["fake-model", "stack-2.9"]  # with the default alias
     assert [engine["url"] for engine in health["engines"]] == [fake_engine.base_url]
     assert ready.status_code == 200 and ready.json()["engines"] == health["engines"]
+    assert ready.json()["status"] == "ok" and ready.json()["ready"] is True
 
 
 async def test_an_engine_that_is_down_shows_no_error_text_without_a_key(make_settings):
@@ -42,7 +43,7 @@ async def test_an_engine_that_is_down_shows_no_error_text_without_a_key(make_set
     assert health.status_code == 200 and health.json() == {"status": "healthy", "model_loaded": False, "ready": False}
     assert ready.status_code == 503 and ready.json() == {"status": "unavailable"}
     # With a key: the same status, and why.
-    assert detailed.status_code == 503
+    assert detailed.status_code == 503 and detailed.json()["status"] == "unavailable"  # never "healthy" with a 503
     assert detailed.json()["engine"]["error"] and detailed.json()["engines"][0]["last_error"] == "refused"
     assert dead not in health.text + ready.text
 

@@ -16,6 +16,7 @@ common/v1, resource/v1 and collector/trace/v1 ``.proto`` files.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.tracing.spans import Span
+from gateway.tracing.spans import UNSET, Span
 
 _double = struct.Struct("<d").pack
 _fixed64 = struct.Struct("<Q").pack
@@ -48,6 +49,7 @@ _KEPT = frozenset({str, int, bool, float, tuple})  # the value types whose field
 UNIQUE_KEYS = frozenset({"gateway.request_id", "gen_ai.response.id", "gateway.session.id",
                          "gateway.continuation.reason", "gen_ai.response.time_to_first_chunk"})
 _MAX_PAIRS = 8192
+_NO_FIELDS = itertools.repeat(b"")  # (the default of each kept field's lookup)
 
 
 def _varint(value: int) -> bytes:
@@ -66,6 +68,7 @@ def _delimited(tag: bytes, data: bytes) -> bytes:
 
 
 _STATUSES = {code: _delimited(b"\x7a", encoded) for code, encoded in _CODES.items()}  # without a description
+_UNSET_STATUS = _STATUSES[StatusCode.UNSET]
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -130,26 +133,34 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     cache = _fields.get(tag)
     if cache is None:
         cache = _fields[tag] = {}
-    try:
+    try:  # (a field not kept comes back as b"": no field is empty, and b"" is one object, found by identity)
         values = attributes.values()
-        fields = list(map(cache.get, zip(attributes, values, map(type, values), strict=False)))
+        fields = list(map(cache.get, zip(attributes, values, map(type, values), strict=False), _NO_FIELDS))
     except TypeError:  # a list or a map among the values (unhashable): all written here
-        fields = [None] * len(attributes)
-    missing = fields.count(None)
+        fields = [b""] * len(attributes)
+    missing = fields.count(b"")
     if missing:
-        items = list(attributes.items())
+        keys = list(attributes)
         index = -1
         for _ in range(missing):
-            index = fields.index(None, index + 1)
-            fields[index] = _field(cache, tag, *items[index])
+            index = fields.index(b"", index + 1)
+            key = keys[index]
+            fields[index] = _field(cache, tag, key, attributes[key])
     return b"".join(fields)
 
 
 def _field(cache: dict, tag: bytes, key: str, value: Any) -> bytes:
     """One attribute's field, kept in ``cache`` unless its value is unique to a request
     (``UNIQUE_KEYS``), an array of anything but text, a map, or of a type of its own."""
-    field = _delimited(tag, _key(key) + _delimited(b"\x12", _any_value(value)))
     kind = type(value)
+    if kind is str and key in UNIQUE_KEYS:  # (a request's own text, e.g. its id: written at once, never kept)
+        data = value.encode("utf-8")
+        size = len(data)
+        name = _keys.get(key) or _key(key)
+        if size < 124 and len(name) + size < 124:  # (every length one byte: the common case, in one join)
+            return b"".join((tag, _SMALL[len(name) + size + 4], name, b"\x12", _SMALL[size + 2], b"\x0a",
+                             _SMALL[size], data))
+    field = _delimited(tag, _key(key) + _delimited(b"\x12", _any_value(value)))
     if key in UNIQUE_KEYS or kind not in _KEPT:
         return field
     if kind is tuple and not all(type(item) is str for item in value):  # ((1,) == (True,))
@@ -182,9 +193,12 @@ def encode_recorded(span) -> bytes:
         if span.dropped_events:
             parts.append(b"\x60" + _varint(span.dropped_events))
     status = span.status
-    description = status.description
-    parts.append(_STATUSES[status.status_code] if not description else
-                 _delimited(b"\x7a", _text(b"\x12", description) + _CODES[status.status_code]))
+    if status is UNSET:  # (most spans: no Enum hash, no property read)
+        parts.append(_UNSET_STATUS)
+    else:
+        description = status.description
+        parts.append(_STATUSES[status.status_code] if not description else
+                     _delimited(b"\x7a", _text(b"\x12", description) + _CODES[status.status_code]))
     parts.append(_FLAGS_REMOTE if parent is not None and span.remote_parent else _FLAGS_LOCAL)
     return b"".join(parts)
 

@@ -231,3 +231,16 @@ def test_a_key_seen_with_two_types_of_value_is_encoded_as_each_value_is():
     encoder = OtlpEncoder()
     for span in spans:  # one at a time: each after the kept fields of the ones before
         assert ExportTraceServiceRequest.FromString(encoder.encode([span])) == encode_spans([span])
+
+
+def test_a_requests_own_text_is_written_as_the_sdk_writes_it_whatever_its_length():
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    context = SpanContext(1, 2, False, TraceFlags(1))
+    encoder = OtlpEncoder()
+    for value in ("", "req-1", "é-量-😀", "x" * 119, "x" * 120, "x" * 200, "y" * 20000):
+        attributes = {"gateway.request_id": value, "gen_ai.response.id": value, "gateway.session.id": value,
+                      "gen_ai.operation.name": "chat"}
+        span = ReadableSpan("s", context, attributes=attributes, start_time=1, end_time=2)
+        assert ExportTraceServiceRequest.FromString(encoder.encode([span])) == encode_spans([span])

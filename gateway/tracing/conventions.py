@@ -77,8 +77,12 @@ class Conventions:
         if not isinstance(usage, dict):
             return {}
         attributes: dict[str, Any] = {}
-        input_tokens = _count(usage, "prompt_tokens", "input_tokens")
-        output_tokens = _count(usage, "completion_tokens", "output_tokens")
+        input_tokens = usage.get("prompt_tokens")  # (OpenAI's names, as vLLM answers: read without _count)
+        if type(input_tokens) is not int:
+            input_tokens = _count(usage, "prompt_tokens", "input_tokens")
+        output_tokens = usage.get("completion_tokens")
+        if type(output_tokens) is not int:
+            output_tokens = _count(usage, "completion_tokens", "output_tokens")
         if input_tokens is not None:
             attributes["gen_ai.usage.input_tokens"] = input_tokens
         if output_tokens is not None:
@@ -144,10 +148,12 @@ def response_attributes(conventions: Conventions, answer: bytes) -> dict[str, An
     if not isinstance(data, dict):
         return {}
     attributes = conventions.usage(data.get("usage"))
-    if isinstance(data.get("model"), str):
-        attributes["gen_ai.response.model"] = data["model"]
-    if isinstance(data.get("id"), str):
-        attributes["gen_ai.response.id"] = data["id"]
+    model = data.get("model")
+    if isinstance(model, str):
+        attributes["gen_ai.response.model"] = model
+    answer_id = data.get("id")
+    if isinstance(answer_id, str):
+        attributes["gen_ai.response.id"] = answer_id
     reasons = finish_reasons(data)
     if reasons:
         attributes["gen_ai.response.finish_reasons"] = tuple(reasons)  # (as the SDK keeps a sequence)
@@ -157,6 +163,10 @@ def response_attributes(conventions: Conventions, answer: bytes) -> dict[str, An
 def finish_reasons(data: dict) -> list[str]:
     reasons = []
     choices = data.get("choices")
+    if type(choices) is list and len(choices) == 1:  # (the common answer: one choice, no list comprehension)
+        choice = choices[0]
+        reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+        return [reason] if isinstance(reason, str) else []
     if isinstance(choices, list):
         reasons = [choice["finish_reason"] for choice in choices
                    if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str)]

@@ -34,7 +34,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
-from gateway.tracing.conventions import json_object, operation_of, request_attributes, response_attributes
+from gateway.tracing.conventions import OPERATIONS, json_object, request_attributes, response_attributes
 from gateway.tracing.spans import Span
 
 _now = time.time_ns
@@ -73,7 +73,7 @@ class RequestTrace:
                    session_id: str | None = None, streamed: bool = False) -> None:
         """A GenAI call: the span gets its conventional name and the request's parameters
         (``data``: the body already decoded, else it is decoded here, only when recorded)."""
-        operation = operation_of(path)
+        operation = OPERATIONS.get(path)  # (operation_of, without its call)
         if operation is None:
             return
         self.operation, self.model = operation, model
@@ -150,7 +150,7 @@ class RequestTrace:
         if not self.recording:  # not sampled (or over): the engine gets the trace, no span is made
             headers["traceparent"] = f"00-{self.trace_id}-{self.span_id:016x}-00"
             return headers
-        operation = operation_of(path)
+        operation = OPERATIONS.get(path)  # (operation_of, without its call)
         name = f"{operation} {self.model}" if operation and self.model else f"{method} {path}"
         attributes = dict(self.tracing.conventions.base(operation, self.model)) if operation else {}
         _receipt(attributes, engine, router)
@@ -295,7 +295,8 @@ def _receipt(attributes: dict[str, Any], engine, router) -> None:
         attributes["gateway.routing.reason"] = reason
     attributes["gateway.routing.prefix_affinity_hit"] = bool(getattr(router, "last_affinity_hit", False))
     attributes["gateway.routing.score"] = float(engine.score())
-    others = [other.score() for other in getattr(router, "last_candidates", ()) if other is not engine]
+    candidates = getattr(router, "last_candidates", ())
+    others = [other.score() for other in candidates if other is not engine] if candidates else ()
     if others:
         attributes["gateway.routing.runner_up_score"] = float(min(others))
     attributes["gateway.routing.candidates"] = len(others) + 1

@@ -38,3 +38,28 @@ async def test_a_stream_names_its_finish_reason(shape, make_settings, receiver):
     engine_call = next(span for span in spans if span.kind == "CLIENT")
     assert engine_call.attributes["gen_ai.response.finish_reasons"] == server.attributes[
         "gen_ai.response.finish_reasons"]
+
+
+ANSWERS = [  # (a non-streamed answer's JSON, the finish reasons and token counts its spans get)
+    ({"choices": [{"finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}},
+     ("stop",), 3, 4),
+    ({"choices": [{"finish_reason": None}], "usage": {"input_tokens": 3, "output_tokens": 4}}, None, 3, 4),
+    ({"choices": [{"finish_reason": "stop"}, {"index": 1}, "x", {"finish_reason": "length"}]},
+     ("stop", "length"), None, None),
+    ({"choices": ["x"], "usage": {"prompt_tokens": True, "input_tokens": 5, "completion_tokens": 2.0}}, None, 5, None),
+    ({"choices": [], "stop_reason": "end_turn"}, None, None, None),  # (a list of choices wins, even empty)
+    ({"stop_reason": "end_turn", "usage": {"input_tokens": 7, "output_tokens": 1}}, ("end_turn",), 7, 1),
+    ({"object": "response", "status": "incomplete"}, ("incomplete",), None, None),
+]
+
+
+@pytest.mark.parametrize(("answer", "reasons", "input_tokens", "output_tokens"), ANSWERS)
+def test_a_non_streamed_answer_gives_its_finish_reasons_and_counts(answer, reasons, input_tokens, output_tokens):
+    import orjson
+
+    from gateway.tracing.conventions import Conventions, response_attributes
+
+    attributes = response_attributes(Conventions(), orjson.dumps(answer))
+    assert attributes.get("gen_ai.response.finish_reasons") == reasons
+    assert attributes.get("gen_ai.usage.input_tokens") == input_tokens
+    assert attributes.get("gen_ai.usage.output_tokens") == output_tokens

@@ -75,8 +75,16 @@ def _text_bytes(value: object, depth: int) -> int:
         if depth >= MAX_DEPTH:
             return 0
         total = 0
-        items = value if kind is list else [item for key, item in value.items() if key not in _NOT_TEXT]  # type: ignore
-        for item in items:  # type: ignore[attr-defined]
+        if kind is dict:  # (a message: its text fields in place, no list of them made)
+            for key, item in value.items():  # type: ignore[attr-defined]
+                if key in _NOT_TEXT:
+                    continue
+                if type(item) is str and item.isascii():
+                    total += len(item)
+                else:
+                    total += _text_bytes(item, depth + 1)
+            return total
+        for item in value:  # type: ignore[attr-defined]
             if type(item) is str and item.isascii():
                 total += len(item)
             else:

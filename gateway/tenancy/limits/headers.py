@@ -27,10 +27,21 @@ def _duration_bytes(seconds: float) -> bytes:
         return b"%dms" % max(0, round(seconds * 1000))
     if seconds < 60:
         return b"%gs" % round(seconds, 3)
-    hours, rest = divmod(math.ceil(seconds), 3600)
-    if hours:
-        return b"%dh%dm%ds" % (hours, *divmod(rest, 60))
-    return b"%dm%ds" % divmod(rest, 60)
+    whole = math.ceil(seconds)
+    text = _WHOLE.get(whole)
+    if text is None:
+        hours, rest = divmod(whole, 3600)
+        text = b"%dh%dm%ds" % (hours, *divmod(rest, 60)) if hours else b"%dm%ds" % divmod(rest, 60)
+        if len(_WHOLE) >= _WHOLE_MAX:
+            _WHOLE.clear()
+        _WHOLE[whole] = text
+    return text
+
+
+# A minute or more is written in whole seconds (rounded up), so the same few texts recur: a window's
+# reset is 60-61 s on every answer, a budget's the same figure for a whole second. Made once each.
+_WHOLE_MAX = 4096
+_WHOLE: dict[int, bytes] = {}
 
 
 def retry_after(seconds: float | None) -> str | None:
@@ -44,19 +55,21 @@ _BUDGET = (b"x-gateway-budget-limit", b"x-gateway-budget-remaining", b"x-gateway
 
 
 def openai_headers(rate: RateInfo) -> list[tuple[bytes, bytes]]:
-    # Written out, not looped over the kinds, each figure formatted straight to bytes: one call per answer
-    # of a limited key.
+    # Written out, not looped over the kinds, the figures unpacked once and each formatted straight to
+    # bytes: one call per answer of a limited key.
+    (requests_limit, requests_remaining, requests_reset, tokens_limit, tokens_remaining, tokens_reset,
+     budget_limit, budget_remaining, budget_reset) = rate
     headers: list[tuple[bytes, bytes]] = []
-    if rate.requests_limit is not None:
-        headers += ((_REQUESTS[0], b"%d" % rate.requests_limit), (_REQUESTS[1], b"%d" % rate.requests_remaining),
-                    (_REQUESTS[2], _duration_bytes(rate.requests_reset or 0.0)))
-    if rate.tokens_limit is not None:
-        headers += ((_TOKENS[0], b"%d" % rate.tokens_limit), (_TOKENS[1], b"%d" % rate.tokens_remaining),
-                    (_TOKENS[2], _duration_bytes(rate.tokens_reset or 0.0)))
-    if rate.budget_limit is not None:
-        headers += ((_BUDGET[0], b"%d" % rate.budget_limit), (_BUDGET[1], b"%d" % rate.budget_remaining))
-        if rate.budget_reset is not None:
-            headers.append((_BUDGET[2], _duration_bytes(rate.budget_reset)))
+    if requests_limit is not None:
+        headers += ((_REQUESTS[0], b"%d" % requests_limit), (_REQUESTS[1], b"%d" % requests_remaining),
+                    (_REQUESTS[2], _duration_bytes(requests_reset or 0.0)))
+    if tokens_limit is not None:
+        headers += ((_TOKENS[0], b"%d" % tokens_limit), (_TOKENS[1], b"%d" % tokens_remaining),
+                    (_TOKENS[2], _duration_bytes(tokens_reset or 0.0)))
+    if budget_limit is not None:
+        headers += ((_BUDGET[0], b"%d" % budget_limit), (_BUDGET[1], b"%d" % budget_remaining))
+        if budget_reset is not None:
+            headers.append((_BUDGET[2], _duration_bytes(budget_reset)))
     return headers
 
 

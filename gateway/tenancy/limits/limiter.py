@@ -122,6 +122,11 @@ class Limiter:
 
         ``ran`` False: it never reached an engine; its request leaves the ``rpm`` window too.
         """
+        self.settle_now(reservation, used, ran=ran)
+
+    def settle_now(self, reservation: Reservation, used: int | None = None, *, ran: bool = True) -> None:
+        """``settle`` without a coroutine: it never waits (Redis's reply is not awaited), and the request
+        path calls it once per request of a limited key."""
         if reservation.settled:
             return
         reservation.settled = True

@@ -27,7 +27,7 @@ from gateway.tenancy.limits.model import (
     RateLimited,
     Reservation,
 )
-from gateway.tenancy.limits.resp import RedisClient
+from gateway.tenancy.limits.resp import RedisClient, RedisReplyError
 
 
 def _script(name: str) -> str:
@@ -38,23 +38,28 @@ def _script(name: str) -> str:
 ADMIT = _script("admit.lua")
 ADJUST = _script("adjust.lua")
 _EXTEND, _SETTLE, _SETTLE_NOT_RUN = 1, 2, 3
+_ADMIT_OWN, _ADJUST_OWN = 3, 4  # a request's own arguments: (id, tokens, min tokens), (id, mode, tokens, second)
 
 
 _PACKED_MAX = 10_000
 
 
 class _Packed:
-    """A demand's keys and limits in RESP form, packed once per key: found by its scopes' identity.
+    """A demand's commands as far as they are the key's, in RESP form, packed once per key: found by its
+    scopes' identity.
 
     ``demand_for`` gives every request of a key the same scopes tuple (built once per key), so the
     lookup is one dict get on an int; scopes built otherwise are packed again (the same bytes).
     """
 
-    def __init__(self) -> None:
-        self._cache: dict[int, tuple[tuple, str, int, bytes, bytes]] = {}
+    def __init__(self, client: RedisClient, tail: tuple[int, ...]) -> None:
+        self._client = client
+        self._tail = tail  # the arguments every call has between its own and the limits (the lease, the window)
+        self._cache: dict[int, tuple[tuple, str, bytes, bytes, bytes]] = {}
 
-    def __call__(self, demand: Demand) -> tuple[int, bytes, bytes]:
-        """(how many arguments the two fragments hold, the key count and keys packed, the limits packed)."""
+    def __call__(self, demand: Demand) -> tuple[bytes, bytes, bytes]:
+        """(``admit.lua``'s ``EVALSHA`` up to its keys, ``adjust.lua``'s the same, what both end with:
+        the lease, the window and the limits), the request's own arguments going between."""
         scopes = demand.scopes
         packed = self._cache.get(id(scopes))
         if packed is None or packed[0] is not scopes or packed[1] != demand.tag:
@@ -62,9 +67,13 @@ class _Packed:
             if len(self._cache) >= _PACKED_MAX:
                 self._cache.clear()
             limits = _limit_args(demand)
+            count = 1 + len(keys) + len(self._tail) + len(limits)  # (the key count, the keys, tail and limits)
+            keys_packed = _pack_args((len(keys), *keys))
             # (holding ``scopes`` keeps its id from being reused while it is here)
-            packed = self._cache[id(scopes)] = (scopes, demand.tag, 1 + len(keys) + len(limits),
-                                                _pack_args((len(keys), *keys)), _pack_args(tuple(limits)))
+            packed = self._cache[id(scopes)] = (
+                scopes, demand.tag, self._client.evalsha_head(ADMIT, count + _ADMIT_OWN) + keys_packed,
+                self._client.evalsha_head(ADJUST, count + _ADJUST_OWN) + keys_packed,
+                _pack_args((*self._tail, *limits)))
         return packed[2], packed[3], packed[4]
 
 
@@ -132,28 +141,32 @@ class RedisLimits:
     def __init__(self, client: RedisClient, *, lease_seconds: float = 300.0) -> None:
         self.client = client
         self.lease_ms = int(lease_seconds * 1000)
-        self._packed = _Packed()
+        # (the lease and the window: the arguments every call ends with before the limits, packed once per key)
+        self._packed = _Packed(client, (self.lease_ms, WINDOW_SECONDS))
         self._ids = _ReservationIds()
-        # The arguments every call ends with before the limits (the lease, the window), packed once.
-        self._tail = _pack_args((self.lease_ms, WINDOW_SECONDS))
         client.preload += [ADMIT, ADJUST]  # on every new connection: settle sends without a reply to retry on
 
     async def admit(self, demand: Demand) -> tuple[Reservation, list[int]]:
         """The reservation and, per scope, its budget's use after it (-1: no budget), or ``RateLimited``."""
         reservation_id = self._ids.next()
-        count, keys, limits = self._packed(demand)
-        # (reservation id, tokens, min tokens, lease, window): ARGV as admit.lua reads it
+        start, _, end = self._packed(demand)
+        # (reservation id, tokens, min tokens, then lease, window, limits): ARGV as admit.lua reads it
         packed_id, tokens, least = reservation_id.encode(), b"%d" % demand.tokens, b"%d" % demand.min_tokens
-        # (one formatting of the whole body: its bulk strings written in place)
-        body = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s%s" % (
-            keys, len(packed_id), packed_id, len(tokens), tokens, len(least), least, self._tail, limits)
-        reply = await self.client.evalsha_packed(ADMIT, count + 5, body)
+        # (one formatting of the whole command: its bulk strings written in place)
+        command = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+            start, len(packed_id), packed_id, len(tokens), tokens, len(least), least, end)
+        client = self.client
+        sent = client.submit(command)  # (its reply's future awaited here: no coroutine of the client's per request)
+        try:
+            reply = await (sent if sent is not None else client.send(command))
+        except RedisReplyError as exc:
+            reply = await client.reloaded(exc, ADMIT, command)
         rate = _rate(reply)  # type: ignore[arg-type]
         if reply[0] != 1:  # type: ignore[index]
             scope = demand.scopes[reply[4] - 1].name  # type: ignore[index]
             raise RateLimited(REASONS[reply[3]], scope, _seconds(reply[5]), rate)  # type: ignore[index]
         reservation = Reservation(reservation_id, demand, reply[1], reply[2], "redis", rate)  # type: ignore[index]
-        return reservation, list(reply[15:])  # type: ignore[index]
+        return reservation, reply[15:]  # type: ignore[index]  # (a slice: a list of its own already)
 
     async def extend(self, reservation: Reservation, tokens: int) -> int:
         reply = await self._adjust(reservation, _EXTEND, tokens)
@@ -167,23 +180,24 @@ class RedisLimits:
         The script is loaded on every new connection (``preload``); a server that lost it without a
         reconnection (``SCRIPT FLUSH``) makes the settle fail, counted in ``failed_unawaited``.
         """
-        count, body = self._adjust_body(reservation, _SETTLE if ran else _SETTLE_NOT_RUN, used - reservation.granted)
-        self.client.evalsha_nowait(ADJUST, count, body)
+        self.client.send_nowait(self._adjust_command(reservation, _SETTLE if ran else _SETTLE_NOT_RUN,
+                                                     used - reservation.granted))
 
     def renew(self, reservation: Reservation) -> None:
         """Push its concurrency lease's deadline to a full lease from now (an extend of no tokens: adjust.lua
         renews the lease of every extend); sent without waiting for the reply, as ``settle``."""
-        count, body = self._adjust_body(reservation, _EXTEND, 0)
-        self.client.evalsha_nowait(ADJUST, count, body)
+        self.client.send_nowait(self._adjust_command(reservation, _EXTEND, 0))
 
     async def _adjust(self, reservation: Reservation, mode: int, tokens: int) -> list:
-        count, body = self._adjust_body(reservation, mode, tokens)
-        return await self.client.evalsha_packed(ADJUST, count, body)  # type: ignore
+        command = self._adjust_command(reservation, mode, tokens)
+        try:
+            return await self.client.send(command)  # type: ignore[return-value]
+        except RedisReplyError as exc:
+            return await self.client.reloaded(exc, ADJUST, command)  # type: ignore[return-value]
 
-    def _adjust_body(self, reservation: Reservation, mode: int, tokens: int) -> tuple[int, bytes]:
-        count, keys, limits = self._packed(reservation.demand)
-        # (reservation id, mode, tokens, second, lease, window): ARGV as adjust.lua reads it
+    def _adjust_command(self, reservation: Reservation, mode: int, tokens: int) -> bytes:
+        _, start, end = self._packed(reservation.demand)
+        # (reservation id, mode, tokens, second, then lease, window, limits): ARGV as adjust.lua reads it
         reservation_id, amount, second = reservation.id.encode(), b"%d" % tokens, b"%d" % reservation.second
-        return count + 6, b"%s$%d\r\n%s\r\n$1\r\n%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s%s" % (
-            keys, len(reservation_id), reservation_id, mode, len(amount), amount, len(second), second, self._tail,
-            limits)
+        return b"%s$%d\r\n%s\r\n$1\r\n%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+            start, len(reservation_id), reservation_id, mode, len(amount), amount, len(second), second, end)

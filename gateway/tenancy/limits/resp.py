@@ -130,14 +130,23 @@ class RedisClient:
 
     async def send(self, command: bytes) -> object:
         """Send one command already in RESP form (``pack``) and await its reply."""
-        protocol = self._protocol or await self._connect()
+        return await self._submit(self._protocol or await self._connect(), command)
+
+    def submit(self, command: bytes) -> asyncio.Future | None:
+        """Send ``command`` (RESP) and return the future of its reply: no coroutine of ours between the
+        caller and the reply (the check-and-reserve of every limited request). None when not connected:
+        ``send`` then (it connects)."""
+        protocol = self._protocol
+        return self._submit(protocol, command) if protocol is not None else None
+
+    def _submit(self, protocol: _Protocol, command: bytes) -> asyncio.Future:
         future = protocol.loop.create_future()
         protocol.waiting.append(future)
         protocol.sent_at.append(protocol.loop.time())
         protocol.write_soon(command)
         if protocol.watchdog is None:
             protocol.watchdog = protocol.loop.call_later(self.timeout, self._watch, protocol)
-        return await future
+        return future
 
     def send_nowait(self, command: bytes) -> None:
         """Send a command whose reply nobody awaits (it is read and dropped in turn); needs a connection.
@@ -167,20 +176,26 @@ class RedisClient:
 
     async def evalsha_packed(self, script: str, count: int, body: bytes) -> object:
         """``EVALSHA`` of ``script`` whose ``count`` further arguments are already packed in ``body``."""
-        head = self._head(script, count)
+        command = self.evalsha_command(script, count, body)
         try:
-            return await self.send(head + body)
+            return await self.send(command)
         except RedisReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
+            return await self.reloaded(exc, script, command)
+
+    def evalsha_command(self, script: str, count: int, body: bytes) -> bytes:
+        """The whole ``EVALSHA`` command of ``script`` whose ``count`` further arguments are packed in ``body``."""
+        return self.evalsha_head(script, count) + body
+
+    async def reloaded(self, error: RedisReplyError, script: str, command: bytes) -> object:
+        """The reply of the ``EVALSHA`` ``command`` of ``script`` that failed with ``error``: sent again once
+        the script is loaded when the server lost it (``NOSCRIPT``: a restarted or flushed server), else
+        ``error`` raised."""
+        if not str(error).startswith("NOSCRIPT"):
+            raise error
         await self.call(b"SCRIPT", b"LOAD", script)
-        return await self.send(head + body)
+        return await self.send(command)
 
-    def evalsha_nowait(self, script: str, count: int, body: bytes) -> None:
-        """``evalsha_packed`` without awaiting the reply (the script must be loaded: it is once admitted)."""
-        self.send_nowait(self._head(script, count) + body)
-
-    def _head(self, script: str, count: int) -> bytes:
+    def evalsha_head(self, script: str, count: int) -> bytes:
         """``EVALSHA <sha>`` of ``script`` with ``count`` arguments to follow, in RESP (made once per pair)."""
         head = self._heads.get((script, count))
         if head is None:

@@ -295,8 +295,23 @@ class MeteredSink:
     def first_event(self) -> bytes | None:
         return self._sink.first_event
 
-    def __getattr__(self, name: str) -> Any:  # attach, detach, finish, refused, delivered, and a sink's own
-        return getattr(self._sink, name)
+    # The rest of a run's sink (``relay.run.RunSink``) passed on by name, not by ``__getattr__``: a class with
+    # ``__getattr__`` makes every attribute read of its instances take the slow path, ``self``'s in ``fit`` and
+    # ``write`` too, which run for every engine read of a limited stream.
+    def attach(self, channel: Any) -> list[tuple[bytes, bytes]]:
+        return self._sink.attach(channel)
+
+    def detach(self) -> None:
+        self._sink.detach()
+
+    def finish(self, ending: Any) -> Awaitable[int]:
+        return self._sink.finish(ending)
+
+    def refused(self, error: Failure) -> Awaitable[None]:
+        return self._sink.refused(error)
+
+    def delivered(self) -> Awaitable[list[bytes] | None]:
+        return self._sink.delivered()
 
     def fit(self, block: bytes) -> bytes | Awaitable[bytes]:
         """The events of ``block`` (one engine read) the budgets cover, counted: ``block`` itself when the

@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from gateway.config import Settings, is_loopback, sqlite_database
 from gateway.core import Core
+from gateway.database.engine import configure_sqlite_connection
 from gateway.database.engine import dispose as dispose_database_engine
 from gateway.database.migrations.runner import ALEMBIC_LOCK
 from gateway.engines.errors import BadGateway, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
@@ -63,7 +64,8 @@ from gateway.tenancy.store import KeyStore
 
 __all__ = [
     "ALEMBIC_LOCK", "AppDep", "BadGateway", "TokenAuthenticator", "UserDataDep",
-    "CompletionHook", "dispose_database_engine", "EngineError", "EngineHTTPError", "EngineTimeout", "EngineUnavailable",
+    "CompletionHook", "configure_sqlite_connection", "dispose_database_engine", "EngineError", "EngineHTTPError",
+    "EngineTimeout", "EngineUnavailable",
     "Failure", "Feature", "Gateway", "GatewayError", "Principal", "PrincipalDep", "QueueRefusal", "SESSION_ID_MAX",
     "SESSION_ID_PATTERN", "SESSION_ID_RULE", "Settings", "StreamResult", "WriterDep", "is_loopback",
     "ResumePoint", "is_valid_session_id", "last_event_id", "request_id", "resume_point", "sqlite_database",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from gateway.config import Settings, sqlite_database
 # A writer waits this long for another one's transaction: a batch of 50,000 lines is written in
 # one transaction, which takes seconds on a slow disk.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+WAL_SWITCH_RETRY_SECONDS = 0.05
 log = logging.getLogger("gateway.database")
 
 CLOSE_SECONDS = 2.0  # closing an engine's connections at shutdown: past it, they are left to the process's exit
@@ -80,12 +83,36 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database) if database is not None else None
 
 
-def _configure_sqlite(connection, _record) -> None:
+def configure_sqlite_connection(connection) -> None:
+    """A new SQLite connection (the DB-API one): its busy timeout first, then WAL and ``synchronous=NORMAL``.
+
+    The busy timeout comes first so that the switch to WAL waits for other connections as long as
+    any writer does (set after it, the switch had only the driver's 5 s). And the switch is tried
+    again when it comes back "database is locked" at once: on a new file, connections of several
+    processes (replicas, workers, the marketplace's migrations at the same start) switching it
+    together can each hold the lock the other needs, and SQLite answers one of them busy without
+    waiting (a deadlock it refuses to wait on); a moment later the file is in WAL and the switch is
+    a no-op. A replica migrating beside two others failed its start so, once in a test run.
+    """
     cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(WAL_SWITCH_RETRY_SECONDS)  # (aiosqlite's thread, not the event loop)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _configure_sqlite(connection, _record) -> None:
+    configure_sqlite_connection(connection)
 
 
 def create_engine(url: str, limits: EngineLimits = EngineLimits(), **kwargs) -> AsyncEngine:

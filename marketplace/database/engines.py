@@ -18,10 +18,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 
-from gateway.api import sqlite_database
+from gateway.api import configure_sqlite_connection, sqlite_database
 from marketplace.places.geodesy import vincenty_km
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 1 << 30
 SQLITE_CACHE_KIB = 64 * 1024
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
@@ -58,11 +57,11 @@ async def ensure_database_directory(url: str) -> None:
 
 
 def _configure_sqlite(dbapi_connection, _record) -> None:
+    # The busy timeout, WAL and synchronous=NORMAL as the gateway's own database sets them (often the same
+    # file, migrated at the same start), then the catalogue's own settings.
+    configure_sqlite_connection(dbapi_connection)
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
     cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
     cursor.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from gateway.batches.model import CANCELLED, COMPLETED, IN_PROGRESS, PENDING
@@ -22,11 +23,14 @@ from tests.support.waiting import until
 DAY = 24 * 3600.0
 
 
-async def open_jobs(url: str) -> JobsDatabase:
-    database = GatewayDatabase(Settings(database_url=url))
+@pytest.fixture
+async def db(tmp_path):
+    """The jobs tables of a migrated SQLite database, driven by hand."""
+    database = GatewayDatabase(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/jobs.db"))
     await database.start()
     assert database.ready, database.error
-    return JobsDatabase(database)
+    yield JobsDatabase(database)
+    await database.stop()
 
 
 async def add_batch(store: BatchStore, batch_id: str, *, status: str, created_at: float, deleted: bool = False) -> None:
@@ -55,89 +59,69 @@ def deliverer(db: JobsDatabase) -> Deliverer:
                      retention_seconds=30 * DAY)
 
 
-async def test_ended_batches_past_the_retention_and_deleted_ones_go_with_their_lines(tmp_path):
-    db = await open_jobs(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+async def test_ended_batches_past_the_retention_and_deleted_ones_go_with_their_lines(db):
     store = BatchStore(db)
     now = time.time()
-    try:
-        await add_batch(store, "old_completed", status=COMPLETED, created_at=now - 31 * DAY)
-        await add_batch(store, "old_cancelled", status=CANCELLED, created_at=now - 40 * DAY)
-        await add_batch(store, "old_but_running", status=IN_PROGRESS, created_at=now - 31 * DAY)
-        await add_batch(store, "recent_completed", status=COMPLETED, created_at=now - 29 * DAY)
-        await add_batch(store, "deleted_today", status=COMPLETED, created_at=now - 60, deleted=True)
+    await add_batch(store, "old_completed", status=COMPLETED, created_at=now - 31 * DAY)
+    await add_batch(store, "old_cancelled", status=CANCELLED, created_at=now - 40 * DAY)
+    await add_batch(store, "old_but_running", status=IN_PROGRESS, created_at=now - 31 * DAY)
+    await add_batch(store, "recent_completed", status=COMPLETED, created_at=now - 29 * DAY)
+    await add_batch(store, "deleted_today", status=COMPLETED, created_at=now - 60, deleted=True)
 
-        assert await store.prune(now - 30 * DAY) == 3
+    assert await store.prune(now - 30 * DAY) == 3
 
-        kept = {"old_but_running", "recent_completed"}
-        assert await ids_in(db, batches) == kept
-        async with db.begin() as connection:
-            lines_of = set((await connection.execute(sa.select(batch_lines.c.batch_id))).scalars())
-        assert lines_of == kept
-        assert await store.prune(now - 30 * DAY) == 0
-    finally:
-        await db.database.stop()
+    kept = {"old_but_running", "recent_completed"}
+    assert await ids_in(db, batches) == kept
+    async with db.begin() as connection:
+        lines_of = set((await connection.execute(sa.select(batch_lines.c.batch_id))).scalars())
+    assert lines_of == kept
+    assert await store.prune(now - 30 * DAY) == 0
 
 
-async def test_a_prune_round_removes_a_bounded_number_of_batches(tmp_path):
-    db = await open_jobs(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+async def test_a_prune_round_removes_a_bounded_number_of_batches(db):
     store = BatchStore(db)
     now = time.time()
-    try:
-        for n in range(5):
-            await add_batch(store, f"b{n}", status=COMPLETED, created_at=now - 31 * DAY)
-        assert await store.prune(now - 30 * DAY, limit=2) == 2
-        assert await store.prune(now - 30 * DAY, limit=2) == 2
-        assert await store.prune(now - 30 * DAY, limit=2) == 1
-        assert await ids_in(db, batches) == set()
-    finally:
-        await db.database.stop()
+    for n in range(5):
+        await add_batch(store, f"b{n}", status=COMPLETED, created_at=now - 31 * DAY)
+    assert await store.prune(now - 30 * DAY, limit=2) == 2
+    assert await store.prune(now - 30 * DAY, limit=2) == 2
+    assert await store.prune(now - 30 * DAY, limit=2) == 1
+    assert await ids_in(db, batches) == set()
 
 
-async def test_finished_deliveries_past_the_retention_go_pending_ones_stay(tmp_path):
-    db = await open_jobs(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+async def test_finished_deliveries_past_the_retention_go_pending_ones_stay(db):
     now = time.time()
-    try:
-        await add_delivery(db, "old_delivered", state="delivered", created_at=now - 31 * DAY)
-        await add_delivery(db, "old_failed", state="failed", created_at=now - 31 * DAY)
-        await add_delivery(db, "old_pending", state="pending", created_at=now - 31 * DAY)
-        await add_delivery(db, "new_delivered", state="delivered", created_at=now - 60)
+    await add_delivery(db, "old_delivered", state="delivered", created_at=now - 31 * DAY)
+    await add_delivery(db, "old_failed", state="failed", created_at=now - 31 * DAY)
+    await add_delivery(db, "old_pending", state="pending", created_at=now - 31 * DAY)
+    await add_delivery(db, "new_delivered", state="delivered", created_at=now - 60)
 
-        assert await deliverer(db).prune(now - 30 * DAY) == 2
-        assert await ids_in(db, webhook_outbox) == {"old_pending", "new_delivered"}
-    finally:
-        await db.database.stop()
+    assert await deliverer(db).prune(now - 30 * DAY) == 2
+    assert await ids_in(db, webhook_outbox) == {"old_pending", "new_delivered"}
 
 
-async def test_a_prune_round_of_deliveries_is_bounded(tmp_path):
-    db = await open_jobs(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+async def test_a_prune_round_of_deliveries_is_bounded(db):
     now = time.time()
-    try:
-        for n in range(PRUNE_ROWS + 3):
-            await add_delivery(db, f"d{n}", state="delivered", created_at=now - 31 * DAY)
-        assert await deliverer(db).prune(now - 30 * DAY) == PRUNE_ROWS
-        assert await deliverer(db).prune(now - 30 * DAY) == 3
-    finally:
-        await db.database.stop()
+    for n in range(PRUNE_ROWS + 3):
+        await add_delivery(db, f"d{n}", state="delivered", created_at=now - 31 * DAY)
+    assert await deliverer(db).prune(now - 30 * DAY) == PRUNE_ROWS
+    assert await deliverer(db).prune(now - 30 * DAY) == 3
 
 
-async def test_deleting_an_endpoint_removes_its_deliveries_only(tmp_path):
-    db = await open_jobs(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+async def test_deleting_an_endpoint_removes_its_deliveries_only(db):
     now = time.time()
-    try:
-        async with db.begin() as connection:
-            for endpoint_id in ("we_1", "we_2"):
-                await connection.execute(sa.insert(webhook_endpoints).values(
-                    id=endpoint_id, key_id="key", url="https://example.com/hook", secret="whsec_x",
-                    events='["batch.completed"]', created_at=now))
-        await add_delivery(db, "to_1_pending", state="pending", created_at=now, endpoint_id="we_1")
-        await add_delivery(db, "to_1_delivered", state="delivered", created_at=now, endpoint_id="we_1")
-        await add_delivery(db, "to_2", state="pending", created_at=now, endpoint_id="we_2")
+    async with db.begin() as connection:
+        for endpoint_id in ("we_1", "we_2"):
+            await connection.execute(sa.insert(webhook_endpoints).values(
+                id=endpoint_id, key_id="key", url="https://example.com/hook", secret="whsec_x",
+                events='["batch.completed"]', created_at=now))
+    await add_delivery(db, "to_1_pending", state="pending", created_at=now, endpoint_id="we_1")
+    await add_delivery(db, "to_1_delivered", state="delivered", created_at=now, endpoint_id="we_1")
+    await add_delivery(db, "to_2", state="pending", created_at=now, endpoint_id="we_2")
 
-        await Endpoints(db, allowed=[], configured_keys=frozenset({"key"})).delete("we_1")
+    await Endpoints(db, allowed=[], configured_keys=frozenset({"key"})).delete("we_1")
 
-        assert await ids_in(db, webhook_outbox) == {"to_2"}
-    finally:
-        await db.database.stop()
+    assert await ids_in(db, webhook_outbox) == {"to_2"}
 
 
 async def test_a_running_gateway_sweeps_both_tables(jobs_settings):

@@ -24,9 +24,9 @@ DAY = 24 * 3600.0
 
 
 @pytest.fixture
-async def db(tmp_path):
-    """The jobs tables of a migrated SQLite database, driven by hand."""
-    database = GatewayDatabase(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/jobs.db"))
+async def db(database_url):
+    """The jobs tables of a migrated database (SQLite, and PostgreSQL in the integration tier), driven by hand."""
+    database = GatewayDatabase(Settings(database_url=database_url))
     await database.start()
     assert database.ready, database.error
     yield JobsDatabase(database)

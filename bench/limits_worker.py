@@ -53,7 +53,7 @@ async def hammer(url: str, limits: Limits, *, tasks: int, requests: int, prompt:
             counts["admitted"] += 1
             counts["granted"] += reservation.granted
             if settle_used is not None:
-                await limiter.settle(reservation, settle_used)
+                limiter.settle(reservation, settle_used)
                 counts["settled"] += settle_used
 
     if wait_for_go:

@@ -257,7 +257,7 @@ class Metered:
                 used = min(reservation.used, reservation.granted)
             else:
                 used = None  # what the stream consumed (the prompt bound and the events)
-            self.meter.limiter.settle_now(reservation, used, ran=answered or ran)  # (sent: its reply not awaited)
+            self.meter.limiter.settle(reservation, used, ran=answered or ran)  # (sent: its reply not awaited)
         if answered:
             self._record(counts if usage is not None else counts_of(estimated), model)
 

@@ -117,16 +117,13 @@ class Limiter:
             self._went_down(exc)
             return 0
 
-    async def settle(self, reservation: Reservation, used: int | None = None, *, ran: bool = True) -> None:
+    def settle(self, reservation: Reservation, used: int | None = None, *, ran: bool = True) -> None:
         """The request ended: ``used`` tokens (default: what ``consume`` counted) replace the reservation.
 
-        ``ran`` False: it never reached an engine; its request leaves the ``rpm`` window too.
+        ``ran`` False: it never reached an engine; its request leaves the ``rpm`` window too. Never
+        waits (Redis's reply is not awaited), so it is no coroutine: the request path calls it once per
+        request of a limited key.
         """
-        self.settle_now(reservation, used, ran=ran)
-
-    def settle_now(self, reservation: Reservation, used: int | None = None, *, ran: bool = True) -> None:
-        """``settle`` without a coroutine: it never waits (Redis's reply is not awaited), and the request
-        path calls it once per request of a limited key."""
         if reservation.settled:
             return
         reservation.settled = True

@@ -164,28 +164,6 @@ class RedisClient:
         if protocol.watchdog is None:
             protocol.watchdog = protocol.loop.call_later(self.timeout, self._watch, protocol)
 
-    async def evalsha(self, script: str, keys: list, args: list) -> object:
-        sha = self.sha(script)
-        try:
-            return await self.call(b"EVALSHA", sha, len(keys), *keys, *args)
-        except RedisReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-        await self.call(b"SCRIPT", b"LOAD", script)  # a restarted or flushed server lost it
-        return await self.call(b"EVALSHA", sha, len(keys), *keys, *args)
-
-    async def evalsha_packed(self, script: str, count: int, body: bytes) -> object:
-        """``EVALSHA`` of ``script`` whose ``count`` further arguments are already packed in ``body``."""
-        command = self.evalsha_command(script, count, body)
-        try:
-            return await self.send(command)
-        except RedisReplyError as exc:
-            return await self.reloaded(exc, script, command)
-
-    def evalsha_command(self, script: str, count: int, body: bytes) -> bytes:
-        """The whole ``EVALSHA`` command of ``script`` whose ``count`` further arguments are packed in ``body``."""
-        return self.evalsha_head(script, count) + body
-
     async def reloaded(self, error: RedisReplyError, script: str, command: bytes) -> object:
         """The reply of the ``EVALSHA`` ``command`` of ``script`` that failed with ``error``: sent again once
         the script is loaded when the server lost it (``NOSCRIPT``: a restarted or flushed server), else

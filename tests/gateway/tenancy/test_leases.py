@@ -57,7 +57,7 @@ async def test_a_request_longer_than_its_lease_keeps_its_slot_while_renewed(limi
     with pytest.raises(RateLimited) as refused:
         await limiter.admit(demand())
     assert refused.value.reason == "max_concurrency"
-    await limiter.settle(first, 5)
+    limiter.settle(first, 5)
     assert limiter.renew_leases() == 0  # (settled: nothing left to renew)
     await limiter.admit(demand())  # its slot is free at once
 
@@ -108,7 +108,7 @@ async def test_on_redis_a_renewal_pushes_the_leases_deadline(redis_url):
         assert limiter.renew_leases() == 1
         renewed_until = float(await client.call(b"ZSCORE", key, first.id.encode()))  # (after it: one connection)
         assert renewed_until > admitted_until
-        await limiter.settle(first, 5)
+        limiter.settle(first, 5)
         assert await client.call(b"ZSCORE", key, first.id.encode()) is None  # settled: the lease is gone
         assert limiter.renew_leases() == 0
     finally:

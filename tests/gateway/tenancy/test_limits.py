@@ -69,14 +69,14 @@ async def test_settling_gives_back_what_was_reserved_and_not_used(limiter):
     reservation = await limiter.admit(demand(limits, prompt=10, max_tokens=80))
     with pytest.raises(RateLimited):
         await limiter.admit(demand(limits, prompt=10, max_tokens=30))
-    await limiter.settle(reservation, 20)  # the engine said: 20 tokens in all
+    limiter.settle(reservation, 20)  # the engine said: 20 tokens in all
     assert (await limiter.admit(demand(limits, prompt=10, max_tokens=70))).granted == 80  # 20 + 80 = 100
 
 
 async def test_a_failed_request_releases_its_tokens_but_still_counts_as_a_request(limiter):
     limits = Limits(rpm=2, tpm=50)
     reservation = await limiter.admit(demand(limits, prompt=10, max_tokens=40))
-    await limiter.settle(reservation, 0)
+    limiter.settle(reservation, 0)
     assert (await limiter.admit(demand(limits, prompt=10, max_tokens=40))).granted == 50
     with pytest.raises(RateLimited) as refused:
         await limiter.admit(demand(limits, prompt=1, max_tokens=1))
@@ -91,7 +91,7 @@ async def test_a_request_that_never_ran_gives_back_its_request_its_tokens_and_it
     reservation = await limiter.admit(demand(limits, team=team, prompt=10, max_tokens=40))
     with pytest.raises(RateLimited):
         await limiter.admit(demand(limits, team=team, prompt=1, max_tokens=1))
-    await limiter.settle(reservation, 0, ran=False)
+    limiter.settle(reservation, 0, ran=False)
     again = await limiter.admit(demand(limits, team=team, prompt=10, max_tokens=40))
     assert again.granted == 50
     assert (again.rate.requests_remaining, again.rate.tokens_remaining) == (0, 0)  # only this one counted
@@ -104,7 +104,7 @@ async def test_concurrency_is_held_until_settled(limiter):
     with pytest.raises(RateLimited) as refused:
         await limiter.admit(demand(limits))
     assert refused.value.reason == "max_concurrency"
-    await limiter.settle(first, 5)
+    limiter.settle(first, 5)
     await limiter.admit(demand(limits))
 
 
@@ -136,8 +136,8 @@ async def test_a_stream_consumes_past_its_reservation_only_as_far_as_the_budget_
     other = await limiter.admit(demand(limits, key="key_a", prompt=10, max_tokens=2000))
     assert other.granted == 1000 - stream.granted          # the rest of the budget
     assert not await limiter.consume(stream, stream.granted - stream.used + 1)  # spent: cut here
-    await limiter.settle(stream)
-    await limiter.settle(other, 0)
+    limiter.settle(stream)
+    limiter.settle(other, 0)
     # What stays charged: what the stream consumed (the other request settled with none).
     rest = await limiter.admit(demand(limits, prompt=10, max_tokens=5000))
     assert stream.used == 229 and rest.granted == 1000 - 229
@@ -175,7 +175,7 @@ async def test_a_key_without_limits_costs_no_call():
     reservation = await limiter.admit(demand(Limits()))
     assert reservation.backend == "none" and reservation.granted == 30
     assert await limiter.consume(reservation, 1000)
-    await limiter.settle(reservation)
+    limiter.settle(reservation)
 
 
 def test_a_prompt_is_bounded_by_its_bytes_plus_the_template():

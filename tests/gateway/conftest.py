@@ -4,7 +4,8 @@
 (its own SQLite file, sessions off); ``client`` is that gateway behind an in-process httpx
 client. Session tests (tests/gateway/sessions/) have their own ``make_session_settings``.
 ``database_url`` is an empty database of the gateway's own (a SQLite file, and with the
-integration tier a fresh PostgreSQL database), ``migrated`` the same with its tables.
+integration tier a fresh PostgreSQL database), ``migrated`` the same with its tables, ``jobs``
+its jobs tables opened as the gateway opens them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 
 from gateway.config import Settings
 from gateway.database.migrations import runner
+from gateway.database.service import GatewayDatabase
+from gateway.jobs.store import JobsDatabase
 from tests.support.fake_engine import settings_for
 from tests.support.gateway import serving
 
@@ -52,3 +55,13 @@ async def migrated(database_url) -> str:
     """``database_url`` with the gateway's tables (the migrations run, as at start)."""
     await asyncio.to_thread(runner.upgrade, database_url)
     return database_url
+
+
+@pytest.fixture
+async def jobs(migrated) -> AsyncIterator[JobsDatabase]:
+    """The jobs tables (files, batches, webhooks) of ``migrated``, opened as the gateway opens them, to drive by hand."""
+    database = GatewayDatabase(Settings(database_url=migrated))
+    await database.start()
+    assert database.ready, database.error
+    yield JobsDatabase(database)
+    await database.stop()

@@ -10,8 +10,6 @@ import sqlalchemy as sa
 
 from gateway.batches.model import CANCELLED, COMPLETED, IN_PROGRESS, PENDING
 from gateway.batches.store import BatchStore
-from gateway.config import Settings
-from gateway.database.service import GatewayDatabase
 from gateway.database.tables.jobs import batch_lines, batches, webhook_endpoints, webhook_outbox
 from gateway.jobs.store import JobsDatabase
 from gateway.webhooks.delivery import PRUNE_ROWS, Deliverer
@@ -23,16 +21,6 @@ from tests.support.waiting import until
 DAY = 24 * 3600.0
 
 
-@pytest.fixture
-async def db(database_url):
-    """The jobs tables of a migrated database (SQLite, and PostgreSQL in the integration tier), driven by hand."""
-    database = GatewayDatabase(Settings(database_url=database_url))
-    await database.start()
-    assert database.ready, database.error
-    yield JobsDatabase(database)
-    await database.stop()
-
-
 async def add_batch(store: BatchStore, batch_id: str, *, status: str, created_at: float, deleted: bool = False) -> None:
     await store.create(
         {"id": batch_id, "owner": "key", "api": "anthropic", "endpoint": "/v1/messages", "completion_window": "24h",
@@ -41,26 +29,26 @@ async def add_batch(store: BatchStore, batch_id: str, *, status: str, created_at
         [{"batch_id": batch_id, "line": 1, "custom_id": "c1", "body": "{}", "state": PENDING, "attempts": 0}])
 
 
-async def ids_in(db: JobsDatabase, table: sa.Table) -> set[str]:
-    async with db.begin() as connection:
+async def ids_in(jobs: JobsDatabase, table: sa.Table) -> set[str]:
+    async with jobs.begin() as connection:
         return set((await connection.execute(sa.select(table.c.id))).scalars())
 
 
-async def add_delivery(db: JobsDatabase, delivery_id: str, *, state: str, created_at: float,
+async def add_delivery(jobs: JobsDatabase, delivery_id: str, *, state: str, created_at: float,
                        endpoint_id: str = "we_1") -> None:
-    async with db.begin() as connection:
+    async with jobs.begin() as connection:
         await connection.execute(sa.insert(webhook_outbox).values(
             id=delivery_id, event_id="evt_" + delivery_id, endpoint_id=endpoint_id, event_type="batch.completed",
             payload="{}", state=state, attempts=1, next_attempt_at=created_at, created_at=created_at))
 
 
-def deliverer(db: JobsDatabase) -> Deliverer:
-    return Deliverer(db, allowed=[], timeout=1, max_attempts=3, backoff=1, concurrency=1, poll_seconds=1,
+def deliverer(jobs: JobsDatabase) -> Deliverer:
+    return Deliverer(jobs, allowed=[], timeout=1, max_attempts=3, backoff=1, concurrency=1, poll_seconds=1,
                      retention_seconds=30 * DAY)
 
 
-async def test_ended_batches_past_the_retention_and_deleted_ones_go_with_their_lines(db):
-    store = BatchStore(db)
+async def test_ended_batches_past_the_retention_and_deleted_ones_go_with_their_lines(jobs):
+    store = BatchStore(jobs)
     now = time.time()
     await add_batch(store, "old_completed", status=COMPLETED, created_at=now - 31 * DAY)
     await add_batch(store, "old_cancelled", status=CANCELLED, created_at=now - 40 * DAY)
@@ -71,57 +59,57 @@ async def test_ended_batches_past_the_retention_and_deleted_ones_go_with_their_l
     assert await store.prune(now - 30 * DAY) == 3
 
     kept = {"old_but_running", "recent_completed"}
-    assert await ids_in(db, batches) == kept
-    async with db.begin() as connection:
+    assert await ids_in(jobs, batches) == kept
+    async with jobs.begin() as connection:
         lines_of = set((await connection.execute(sa.select(batch_lines.c.batch_id))).scalars())
     assert lines_of == kept
     assert await store.prune(now - 30 * DAY) == 0
 
 
-async def test_a_prune_round_removes_a_bounded_number_of_batches(db):
-    store = BatchStore(db)
+async def test_a_prune_round_removes_a_bounded_number_of_batches(jobs):
+    store = BatchStore(jobs)
     now = time.time()
     for n in range(5):
         await add_batch(store, f"b{n}", status=COMPLETED, created_at=now - 31 * DAY)
     assert await store.prune(now - 30 * DAY, limit=2) == 2
     assert await store.prune(now - 30 * DAY, limit=2) == 2
     assert await store.prune(now - 30 * DAY, limit=2) == 1
-    assert await ids_in(db, batches) == set()
+    assert await ids_in(jobs, batches) == set()
 
 
-async def test_finished_deliveries_past_the_retention_go_pending_ones_stay(db):
+async def test_finished_deliveries_past_the_retention_go_pending_ones_stay(jobs):
     now = time.time()
-    await add_delivery(db, "old_delivered", state="delivered", created_at=now - 31 * DAY)
-    await add_delivery(db, "old_failed", state="failed", created_at=now - 31 * DAY)
-    await add_delivery(db, "old_pending", state="pending", created_at=now - 31 * DAY)
-    await add_delivery(db, "new_delivered", state="delivered", created_at=now - 60)
+    await add_delivery(jobs, "old_delivered", state="delivered", created_at=now - 31 * DAY)
+    await add_delivery(jobs, "old_failed", state="failed", created_at=now - 31 * DAY)
+    await add_delivery(jobs, "old_pending", state="pending", created_at=now - 31 * DAY)
+    await add_delivery(jobs, "new_delivered", state="delivered", created_at=now - 60)
 
-    assert await deliverer(db).prune(now - 30 * DAY) == 2
-    assert await ids_in(db, webhook_outbox) == {"old_pending", "new_delivered"}
+    assert await deliverer(jobs).prune(now - 30 * DAY) == 2
+    assert await ids_in(jobs, webhook_outbox) == {"old_pending", "new_delivered"}
 
 
-async def test_a_prune_round_of_deliveries_is_bounded(db):
+async def test_a_prune_round_of_deliveries_is_bounded(jobs):
     now = time.time()
     for n in range(PRUNE_ROWS + 3):
-        await add_delivery(db, f"d{n}", state="delivered", created_at=now - 31 * DAY)
-    assert await deliverer(db).prune(now - 30 * DAY) == PRUNE_ROWS
-    assert await deliverer(db).prune(now - 30 * DAY) == 3
+        await add_delivery(jobs, f"d{n}", state="delivered", created_at=now - 31 * DAY)
+    assert await deliverer(jobs).prune(now - 30 * DAY) == PRUNE_ROWS
+    assert await deliverer(jobs).prune(now - 30 * DAY) == 3
 
 
-async def test_deleting_an_endpoint_removes_its_deliveries_only(db):
+async def test_deleting_an_endpoint_removes_its_deliveries_only(jobs):
     now = time.time()
-    async with db.begin() as connection:
+    async with jobs.begin() as connection:
         for endpoint_id in ("we_1", "we_2"):
             await connection.execute(sa.insert(webhook_endpoints).values(
                 id=endpoint_id, key_id="key", url="https://example.com/hook", secret="whsec_x",
                 events='["batch.completed"]', created_at=now))
-    await add_delivery(db, "to_1_pending", state="pending", created_at=now, endpoint_id="we_1")
-    await add_delivery(db, "to_1_delivered", state="delivered", created_at=now, endpoint_id="we_1")
-    await add_delivery(db, "to_2", state="pending", created_at=now, endpoint_id="we_2")
+    await add_delivery(jobs, "to_1_pending", state="pending", created_at=now, endpoint_id="we_1")
+    await add_delivery(jobs, "to_1_delivered", state="delivered", created_at=now, endpoint_id="we_1")
+    await add_delivery(jobs, "to_2", state="pending", created_at=now, endpoint_id="we_2")
 
-    await Endpoints(db, allowed=[], configured_keys=frozenset({"key"})).delete("we_1")
+    await Endpoints(jobs, allowed=[], configured_keys=frozenset({"key"})).delete("we_1")
 
-    assert await ids_in(db, webhook_outbox) == {"to_2"}
+    assert await ids_in(jobs, webhook_outbox) == {"to_2"}
 
 
 async def test_a_running_gateway_sweeps_both_tables(jobs_settings):

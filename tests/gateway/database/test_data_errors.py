@@ -15,8 +15,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from gateway.config import Settings
-from gateway.database.service import GatewayDatabase
 from gateway.database.tables.jobs import files
 from gateway.http.errors import GatewayError
 from gateway.jobs.store import JobsDatabase
@@ -50,15 +48,6 @@ async def test_a_lone_surrogate_in_an_admin_body_is_a_400_naming_its_field(make_
 def file_row(**values) -> dict:
     return {"id": "file-1", "owner": "key", "purpose": "batch", "filename": "a.jsonl", "bytes": 1,
             "created_at": time.time(), "storage": "database", **values}
-
-
-@pytest.fixture
-async def jobs(migrated):
-    database = GatewayDatabase(Settings(database_url=migrated))
-    await database.start()
-    assert database.ready, database.error
-    yield JobsDatabase(database)
-    await database.stop()
 
 
 async def refusal(jobs: JobsDatabase, statement) -> object:
